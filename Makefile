@@ -1,0 +1,43 @@
+# tq — developer entry points. `make demo` runs the pipeline end to end on a generated model;
+# `make test` runs everything CI runs.
+GO       ?= go
+BIN      ?= bin/tq
+PKGS     ?= ./...
+DEMO_DIR ?= build/demo
+FUZZTIME ?= 10s
+export GOFLAGS ?= -mod=readonly
+
+.PHONY: all build test test-go refs vet fmt-check bench demo fuzz clean
+
+all: build
+
+build:
+	$(GO) build -trimpath -o $(BIN) ./cmd/tq
+
+# Independent references used by the tests: llama.cpp (node-llama-cpp 3.21.1, prebuilt),
+# its source tree (vocab test vectors), and transformers.js's Qwen3 tokenizer.
+refs:
+	./testdata/llamacpp/setup.sh
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet $(PKGS)
+
+# TQ_REQUIRE_REFS=1 turns a missing reference into a failure instead of a skip.
+test: refs fmt-check vet
+	TQ_REQUIRE_REFS=1 $(GO) test -count=1 -timeout 30m $(PKGS)
+
+bench: refs
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m $(PKGS)
+
+demo: build
+	./scripts/demo.sh $(DEMO_DIR)
+
+# Short bounded fuzz runs of every parser's fuzz target.
+fuzz:
+	./scripts/fuzz.sh $(FUZZTIME)
+
+clean:
+	rm -rf bin build
