@@ -1,0 +1,186 @@
+package hf
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/tq-project/tq/internal/safetensors"
+)
+
+// TensorRole classifies an expected checkpoint tensor.
+type TensorRole int
+
+// Tensor roles.
+const (
+	RoleEmbedding TensorRole = iota // model.embed_tokens.weight
+	RoleOutput                      // lm_head.weight
+	RoleNorm                        // RMSNorm weights (incl. q_norm/k_norm)
+	RoleLinear                      // projection weights [out, in]
+	RoleBias                        // projection biases
+	RoleRouter                      // MoE router (mlp.gate) and shared-expert gate
+)
+
+// TensorSpec is one tensor a checkpoint of the configured architecture must contain.
+type TensorSpec struct {
+	Name   string
+	Shape  []int64 // HF (PyTorch) order: [out, in] for linear weights
+	Role   TensorRole
+	Layer  int // decoder layer, or -1
+	Expert int // routed expert index, or -1
+}
+
+// ExpectedTensors lists the tensors (with HF names and shapes) that a checkpoint of this
+// configuration contains, in a canonical order: embeddings, layers, final norm, lm_head.
+func (c *Config) ExpectedTensors() ([]TensorSpec, error) {
+	arch, err := c.Arch()
+	if err != nil {
+		return nil, err
+	}
+	h, hd := int64(c.HiddenSize), int64(c.HeadDim)
+	q, kv := int64(c.NumAttentionHeads)*hd, int64(c.NumKeyValueHeads)*hd
+	vocab := int64(c.VocabSize)
+	qkvBias, oBias := c.AttentionBiases()
+	var out []TensorSpec
+	add := func(name string, role TensorRole, layer, expert int, shape ...int64) {
+		out = append(out, TensorSpec{Name: name, Shape: shape, Role: role, Layer: layer, Expert: expert})
+	}
+	add("model.embed_tokens.weight", RoleEmbedding, -1, -1, vocab, h)
+	for l := 0; l < c.NumHiddenLayers; l++ {
+		pre := fmt.Sprintf("model.layers.%d.", l)
+		add(pre+"input_layernorm.weight", RoleNorm, l, -1, h)
+		add(pre+"self_attn.q_proj.weight", RoleLinear, l, -1, q, h)
+		add(pre+"self_attn.k_proj.weight", RoleLinear, l, -1, kv, h)
+		add(pre+"self_attn.v_proj.weight", RoleLinear, l, -1, kv, h)
+		add(pre+"self_attn.o_proj.weight", RoleLinear, l, -1, h, q)
+		if qkvBias {
+			add(pre+"self_attn.q_proj.bias", RoleBias, l, -1, q)
+			add(pre+"self_attn.k_proj.bias", RoleBias, l, -1, kv)
+			add(pre+"self_attn.v_proj.bias", RoleBias, l, -1, kv)
+		}
+		if oBias {
+			add(pre+"self_attn.o_proj.bias", RoleBias, l, -1, h)
+		}
+		if arch == "qwen3" || arch == "qwen3moe" {
+			add(pre+"self_attn.q_norm.weight", RoleNorm, l, -1, hd)
+			add(pre+"self_attn.k_norm.weight", RoleNorm, l, -1, hd)
+		}
+		add(pre+"post_attention_layernorm.weight", RoleNorm, l, -1, h)
+		if !c.IsMoELayer(l) {
+			ff := int64(c.IntermediateSize)
+			add(pre+"mlp.gate_proj.weight", RoleLinear, l, -1, ff, h)
+			add(pre+"mlp.up_proj.weight", RoleLinear, l, -1, ff, h)
+			add(pre+"mlp.down_proj.weight", RoleLinear, l, -1, h, ff)
+			continue
+		}
+		ne, ff := int64(c.NumExperts), int64(c.MoeIntermediateSize)
+		add(pre+"mlp.gate.weight", RoleRouter, l, -1, ne, h)
+		for e := 0; e < c.NumExperts; e++ {
+			ep := fmt.Sprintf("%smlp.experts.%d.", pre, e)
+			add(ep+"gate_proj.weight", RoleLinear, l, e, ff, h)
+			add(ep+"up_proj.weight", RoleLinear, l, e, ff, h)
+			add(ep+"down_proj.weight", RoleLinear, l, e, h, ff)
+		}
+		if sf := int64(c.SharedExpertIntermediateSize); sf > 0 {
+			add(pre+"mlp.shared_expert.gate_proj.weight", RoleLinear, l, -1, sf, h)
+			add(pre+"mlp.shared_expert.up_proj.weight", RoleLinear, l, -1, sf, h)
+			add(pre+"mlp.shared_expert.down_proj.weight", RoleLinear, l, -1, h, sf)
+			add(pre+"mlp.shared_expert_gate.weight", RoleRouter, l, -1, 1, h)
+		}
+	}
+	add("model.norm.weight", RoleNorm, -1, -1, h)
+	if !c.TieWordEmbeddings {
+		add("lm_head.weight", RoleOutput, -1, -1, vocab, h)
+	}
+	return out, nil
+}
+
+// ParamCount returns the number of parameters implied by the configuration (the tensors
+// of ExpectedTensors) and, for mixture-of-experts models, the number active per token
+// (routed experts counted num_experts_per_tok times per layer instead of num_experts).
+func (c *Config) ParamCount() (total, active int64, err error) {
+	specs, err := c.ExpectedTensors()
+	if err != nil {
+		return 0, 0, err
+	}
+	var expert int64
+	for _, s := range specs {
+		n := int64(1)
+		for _, d := range s.Shape {
+			n *= d
+		}
+		total += n
+		if s.Expert >= 0 {
+			expert += n
+		}
+	}
+	active = total
+	if c.NumExperts > 0 && expert > 0 {
+		active = total - expert + expert/int64(c.NumExperts)*int64(c.NumExpertsPerTok)
+	}
+	return total, active, nil
+}
+
+// FP8BlockScaled reports whether the configuration declares block-scaled FP8 weights
+// (quant_method "fp8" with weight_block_size), returning the block size [rows, cols].
+func (c *Config) FP8BlockScaled() (rows, cols int, ok bool) {
+	q := c.QuantizationConfig
+	if q == nil || q.QuantMethod != "fp8" || len(q.WeightBlockSize) != 2 {
+		return 0, 0, false
+	}
+	return q.WeightBlockSize[0], q.WeightBlockSize[1], true
+}
+
+// ScaleSuffix is appended to a block-scaled FP8 weight's name to name its scales.
+const ScaleSuffix = "_scale_inv"
+
+// CheckWeights verifies that w holds every tensor of ExpectedTensors with the expected
+// shape, and that each FP8 (F8_E4M3) linear weight has its weight_scale_inv block scales
+// of shape [ceil(out/rows), ceil(in/cols)]. Extra tensors are allowed.
+func (c *Config) CheckWeights(w *safetensors.Model) error {
+	specs, err := c.ExpectedTensors()
+	if err != nil {
+		return err
+	}
+	br, bc, fp8 := c.FP8BlockScaled()
+	var missing []string
+	for _, s := range specs {
+		ti, ok := w.Lookup(s.Name)
+		if !ok {
+			missing = append(missing, s.Name)
+			continue
+		}
+		if !slices.Equal(ti.Shape, s.Shape) {
+			return fmt.Errorf("hf: %s: tensor %q has shape %v, config.json implies %v", ti.File, s.Name, ti.Shape, s.Shape)
+		}
+		if ti.DType != safetensors.F8E4M3 && ti.DType != safetensors.F8E5M2 {
+			continue
+		}
+		if s.Role != RoleLinear || !fp8 {
+			return fmt.Errorf("hf: %s: tensor %q is %v but config.json declares no block-scaled fp8 quantization for it", ti.File, s.Name, ti.DType)
+		}
+		scaleName := s.Name + ScaleSuffix
+		sc, ok := w.Lookup(scaleName)
+		if !ok {
+			return fmt.Errorf("hf: %s: fp8 tensor %q has no %q", ti.File, s.Name, scaleName)
+		}
+		want := []int64{ceilDiv(s.Shape[0], int64(br)), ceilDiv(s.Shape[1], int64(bc))}
+		if !slices.Equal(sc.Shape, want) {
+			return fmt.Errorf("hf: %s: tensor %q has shape %v, want %v for block size [%d, %d]", sc.File, scaleName, sc.Shape, want, br, bc)
+		}
+		if !sc.DType.IsFloat() {
+			return fmt.Errorf("hf: %s: tensor %q has dtype %v, want a float type", sc.File, scaleName, sc.DType)
+		}
+	}
+	if n := len(missing); n > 0 {
+		more := ""
+		if len(missing) > 5 {
+			more = fmt.Sprintf(" and %d more", len(missing)-5)
+			missing = missing[:5]
+		}
+		return fmt.Errorf("hf: weights lack %d tensor(s) that config.json implies: %s%s", n, strings.Join(missing, ", "), more)
+	}
+	return nil
+}
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
