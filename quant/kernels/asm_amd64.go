@@ -1,0 +1,66 @@
+//go:build amd64 && !purego
+
+package kernels
+
+import "golang.org/x/sys/cpu"
+
+// haveAsm is true when the CPU and OS support the AVX2+FMA+F16C baseline the assembly needs.
+var haveAsm = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
+
+// The assembly kernels (quant_amd64.s, dotq_amd64.s, dotk_amd64.s, float_amd64.s,
+// sgemm_amd64.s). Callers guarantee the lengths.
+
+//go:noescape
+func quantizeQ8_0AVX2(dst *byte, x *float32, nb int)
+
+//go:noescape
+func quantizeQ8KAVX2(dst *byte, x *float32, nb int)
+
+// dotQ8_0Q8_0AVX2 and dotQ4_0Q8_0AVX2 take the activation block scales pre-converted to
+// float32 in xs (see q8ScalesAVX2), so a mat-vec converts them once for all rows.
+//
+//go:noescape
+func dotQ8_0Q8_0AVX2(w, x *byte, xs *float32, nb int) float32
+
+//go:noescape
+func dotQ4_0Q8_0AVX2(w, x *byte, xs *float32, nb int) float32
+
+// q8ScalesAVX2 widens the fp16 scales of nb Q8_0 blocks at x into dst[0:nb].
+//
+//go:noescape
+func q8ScalesAVX2(x *byte, nb int, dst *float32)
+
+//go:noescape
+func dotQ4KQ8KAVX2(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ5KQ8KAVX2(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ6KQ8KAVX2(w, x *byte, nb int) float32
+
+//go:noescape
+func dotF32AVX2(a, b *float32, n int) float32
+
+//go:noescape
+func dotF16F32AVX2(w *byte, x *float32, n int) float32
+
+//go:noescape
+func dotBF16F32AVX2(w *byte, x *float32, n int) float32
+
+// sgemmKernel6x16AVX2 computes the 6×16 tile C (+)= A·Bp over k steps: A is six rows lda
+// floats apart (read in place), Bp a packed panel of 16 floats per step, C rows ldc apart.
+//
+//go:noescape
+func sgemmKernel6x16AVX2(k int, a *float32, lda int, b, c *float32, ldc int, accumulate bool)
+
+// packB16AVX2 packs 16 rows of B (ldb apart) × 8·kc8 columns into dst, 16 floats per column.
+//
+//go:noescape
+func packB16AVX2(dst, b *float32, ldb, kc8 int)
+
+// sumBytesAVX2 reads n bytes (n a multiple of 128) and returns their sum as uint64 lanes
+// added together; it exists to measure read bandwidth.
+//
+//go:noescape
+func sumBytesAVX2(p *byte, n int) uint64

@@ -1,0 +1,28 @@
+package kernels
+
+import "sync/atomic"
+
+// forcePure is set by SetPureGo; when true the pure-Go twins run even where assembly exists.
+var forcePure atomic.Bool
+
+// SetPureGo forces (true) or releases (false) the pure-Go implementations. It is meant for
+// tests and benchmarks that compare the two paths; it is safe to call concurrently with
+// running kernels (each call picks a path once, at entry).
+func SetPureGo(pure bool) { forcePure.Store(pure) }
+
+// HasAsm reports whether assembly kernels are available on this machine (amd64 with AVX2,
+// FMA and F16C, not built with the purego tag).
+func HasAsm() bool { return haveAsm }
+
+// UsingAsm reports whether the exported kernels currently run assembly.
+func UsingAsm() bool { return haveAsm && !forcePure.Load() }
+
+// Implementation names the kernel set in use, for logs and benchmark reports.
+func Implementation() string {
+	if UsingAsm() {
+		return "amd64 AVX2+FMA+F16C assembly"
+	}
+	return "pure Go"
+}
+
+func useAsm() bool { return haveAsm && !forcePure.Load() }

@@ -1,0 +1,233 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// Float dot products (F32·F32, F16·F32, BF16·F32) and the read-bandwidth probe.
+
+// Reduce Y0..Y3 into X0[0] (clobbers X1).
+#define HSUM4 \
+	VADDPS       Y1, Y0, Y0 \
+	VADDPS       Y3, Y2, Y2 \
+	VADDPS       Y2, Y0, Y0 \
+	VEXTRACTF128 $1, Y0, X1 \
+	VADDPS       X1, X0, X0 \
+	VMOVHLPS     X0, X0, X1 \
+	VADDPS       X1, X0, X0 \
+	VMOVSHDUP    X0, X1     \
+	VADDSS       X1, X0, X0
+
+// func dotF32AVX2(a, b *float32, n int) float32
+TEXT ·dotF32AVX2(SB), NOSPLIT, $0-28
+	MOVQ   a+0(FP), SI
+	MOVQ   b+8(FP), DI
+	MOVQ   n+16(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	CMPQ   CX, $32
+	JLT    f32by8
+
+f32loop32:
+	VMOVUPS     0(SI), Y4
+	VMOVUPS     32(SI), Y5
+	VMOVUPS     64(SI), Y6
+	VMOVUPS     96(SI), Y7
+	VFMADD231PS 0(DI), Y4, Y0
+	VFMADD231PS 32(DI), Y5, Y1
+	VFMADD231PS 64(DI), Y6, Y2
+	VFMADD231PS 96(DI), Y7, Y3
+	ADDQ        $128, SI
+	ADDQ        $128, DI
+	SUBQ        $32, CX
+	CMPQ        CX, $32
+	JGE         f32loop32
+
+f32by8:
+	CMPQ CX, $8
+	JLT  f32tail
+
+f32loop8:
+	VMOVUPS     0(SI), Y4
+	VFMADD231PS 0(DI), Y4, Y0
+	ADDQ        $32, SI
+	ADDQ        $32, DI
+	SUBQ        $8, CX
+	CMPQ        CX, $8
+	JGE         f32loop8
+
+f32tail:
+	HSUM4
+	TESTQ CX, CX
+	JZ    f32done
+
+f32loop1:
+	VMOVSS      0(SI), X4
+	VFMADD231SS 0(DI), X4, X0
+	ADDQ        $4, SI
+	ADDQ        $4, DI
+	DECQ        CX
+	JNZ         f32loop1
+
+f32done:
+	VMOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func dotF16F32AVX2(w *byte, x *float32, n int) float32
+TEXT ·dotF16F32AVX2(SB), NOSPLIT, $0-28
+	MOVQ   w+0(FP), SI
+	MOVQ   x+8(FP), DI
+	MOVQ   n+16(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	CMPQ   CX, $32
+	JLT    f16by8
+
+f16loop32:
+	VCVTPH2PS   0(SI), Y4
+	VCVTPH2PS   16(SI), Y5
+	VCVTPH2PS   32(SI), Y6
+	VCVTPH2PS   48(SI), Y7
+	VFMADD231PS 0(DI), Y4, Y0
+	VFMADD231PS 32(DI), Y5, Y1
+	VFMADD231PS 64(DI), Y6, Y2
+	VFMADD231PS 96(DI), Y7, Y3
+	ADDQ        $64, SI
+	ADDQ        $128, DI
+	SUBQ        $32, CX
+	CMPQ        CX, $32
+	JGE         f16loop32
+
+f16by8:
+	CMPQ CX, $8
+	JLT  f16tail
+
+f16loop8:
+	VCVTPH2PS   0(SI), Y4
+	VFMADD231PS 0(DI), Y4, Y0
+	ADDQ        $16, SI
+	ADDQ        $32, DI
+	SUBQ        $8, CX
+	CMPQ        CX, $8
+	JGE         f16loop8
+
+f16tail:
+	HSUM4
+	TESTQ CX, CX
+	JZ    f16done
+
+f16loop1:
+	MOVWLZX     0(SI), AX
+	VMOVD       AX, X4
+	VCVTPH2PS   X4, X4
+	VFMADD231SS 0(DI), X4, X0
+	ADDQ        $2, SI
+	ADDQ        $4, DI
+	DECQ        CX
+	JNZ         f16loop1
+
+f16done:
+	VMOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func dotBF16F32AVX2(w *byte, x *float32, n int) float32
+TEXT ·dotBF16F32AVX2(SB), NOSPLIT, $0-28
+	MOVQ   w+0(FP), SI
+	MOVQ   x+8(FP), DI
+	MOVQ   n+16(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	CMPQ   CX, $32
+	JLT    bf16by8
+
+bf16loop32:
+	VPMOVZXWD   0(SI), Y4
+	VPMOVZXWD   16(SI), Y5
+	VPMOVZXWD   32(SI), Y6
+	VPMOVZXWD   48(SI), Y7
+	VPSLLD      $16, Y4, Y4
+	VPSLLD      $16, Y5, Y5
+	VPSLLD      $16, Y6, Y6
+	VPSLLD      $16, Y7, Y7
+	VFMADD231PS 0(DI), Y4, Y0
+	VFMADD231PS 32(DI), Y5, Y1
+	VFMADD231PS 64(DI), Y6, Y2
+	VFMADD231PS 96(DI), Y7, Y3
+	ADDQ        $64, SI
+	ADDQ        $128, DI
+	SUBQ        $32, CX
+	CMPQ        CX, $32
+	JGE         bf16loop32
+
+bf16by8:
+	CMPQ CX, $8
+	JLT  bf16tail
+
+bf16loop8:
+	VPMOVZXWD   0(SI), Y4
+	VPSLLD      $16, Y4, Y4
+	VFMADD231PS 0(DI), Y4, Y0
+	ADDQ        $16, SI
+	ADDQ        $32, DI
+	SUBQ        $8, CX
+	CMPQ        CX, $8
+	JGE         bf16loop8
+
+bf16tail:
+	HSUM4
+	TESTQ CX, CX
+	JZ    bf16done
+
+bf16loop1:
+	MOVWLZX     0(SI), AX
+	SHLL        $16, AX
+	VMOVD       AX, X4
+	VFMADD231SS 0(DI), X4, X0
+	ADDQ        $2, SI
+	ADDQ        $4, DI
+	DECQ        CX
+	JNZ         bf16loop1
+
+bf16done:
+	VMOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func sumBytesAVX2(p *byte, n int) uint64
+TEXT ·sumBytesAVX2(SB), NOSPLIT, $0-24
+	MOVQ  p+0(FP), SI
+	MOVQ  n+8(FP), CX
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	SHRQ  $7, CX
+	JZ    sumdone
+
+sumloop:
+	VPADDQ 0(SI), Y0, Y0
+	VPADDQ 32(SI), Y1, Y1
+	VPADDQ 64(SI), Y2, Y2
+	VPADDQ 96(SI), Y3, Y3
+	ADDQ   $128, SI
+	DECQ   CX
+	JNZ    sumloop
+
+sumdone:
+	VPADDQ       Y1, Y0, Y0
+	VPADDQ       Y3, Y2, Y2
+	VPADDQ       Y2, Y0, Y0
+	VEXTRACTI128 $1, Y0, X1
+	VPADDQ       X1, X0, X0
+	VPSHUFD      $0x4e, X0, X1
+	VPADDQ       X1, X0, X0
+	VMOVQ        X0, AX
+	MOVQ         AX, ret+16(FP)
+	VZEROUPPER
+	RET

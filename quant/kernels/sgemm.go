@@ -1,0 +1,247 @@
+package kernels
+
+import (
+	"fmt"
+	"sync"
+)
+
+// Blocking of the packed SGEMM (assembly path). The micro-kernel computes a 6×16 tile from
+// six A rows read in place and a packed kc×16 B sliver (16 KiB, stays in L1); the mc×kc A
+// block (≤ 144 KiB) stays in L2 and the packed kc×nc B block (≤ 512 KiB) is reused across all
+// row blocks.
+const (
+	sgMR = 6
+	sgNR = 16
+	sgKC = 256
+	sgMC = 144
+	sgNC = 512
+)
+
+type sgemmBuf struct {
+	b     [sgNC * sgKC]float32
+	aTail [sgMR * sgKC]float32 // a partial (< 6 row) A panel, zero-padded
+	tmp   [sgMR * sgNR]float32 // a partial C tile
+}
+
+var sgemmPool = sync.Pool{New: func() any { return new(sgemmBuf) }}
+
+// Sgemm computes C = A·Bᵀ (accumulate false) or C += A·Bᵀ (accumulate true) for row-major
+// float32 matrices: A is m×k (row stride lda), B is n×k (row stride ldb), C is m×n (row
+// stride ldc). This is the "x·Wᵀ" product of a batch of m activation rows with n weight
+// rows. It runs on the calling goroutine; see SgemmRange to split the work.
+func Sgemm(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool) error {
+	return SgemmRange(m, n, k, a, lda, b, ldb, c, ldc, accumulate, 0, m, 0, n)
+}
+
+// SgemmRange computes only the block C[i0:i1, j0:j1] of Sgemm. Disjoint blocks may be
+// computed concurrently by a caller's workers (each call packs its own panels), and together
+// they reproduce a single Sgemm call bit for bit.
+func SgemmRange(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool, i0, i1, j0, j1 int) error {
+	if err := checkSgemm(m, n, k, a, lda, b, ldb, c, ldc, i0, i1, j0, j1); err != nil {
+		return err
+	}
+	if i0 == i1 || j0 == j1 {
+		return nil
+	}
+	if k == 0 {
+		if !accumulate {
+			for i := i0; i < i1; i++ {
+				clear(c[i*ldc+j0 : i*ldc+j1])
+			}
+		}
+		return nil
+	}
+	if useAsm() {
+		sgemmPacked(k, a, lda, b, ldb, c, ldc, accumulate, i0, i1, j0, j1)
+	} else {
+		sgemmGo(k, a, lda, b, ldb, c, ldc, accumulate, i0, i1, j0, j1)
+	}
+	return nil
+}
+
+func checkSgemm(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, i0, i1, j0, j1 int) error {
+	if m < 0 || n < 0 || k < 0 {
+		return fmt.Errorf("kernels: Sgemm: negative dimension m=%d n=%d k=%d", m, n, k)
+	}
+	if lda < max(1, k) || ldb < max(1, k) || ldc < max(1, n) {
+		return fmt.Errorf("kernels: Sgemm: strides lda=%d ldb=%d ldc=%d too small for k=%d n=%d", lda, ldb, ldc, k, n)
+	}
+	if i0 < 0 || i1 < i0 || i1 > m || j0 < 0 || j1 < j0 || j1 > n {
+		return fmt.Errorf("kernels: Sgemm: range [%d,%d)×[%d,%d) outside %d×%d", i0, i1, j0, j1, m, n)
+	}
+	if !fitsMatrix(m, k, lda, len(a)) {
+		return fmt.Errorf("kernels: Sgemm: A has %d elements, too few for %d×%d with stride %d", len(a), m, k, lda)
+	}
+	if !fitsMatrix(n, k, ldb, len(b)) {
+		return fmt.Errorf("kernels: Sgemm: B has %d elements, too few for %d×%d with stride %d", len(b), n, k, ldb)
+	}
+	if !fitsMatrix(m, n, ldc, len(c)) {
+		return fmt.Errorf("kernels: Sgemm: C has %d elements, too few for %d×%d with stride %d", len(c), m, n, ldc)
+	}
+	return nil
+}
+
+// fitsMatrix reports whether a rows×cols matrix with row stride ld (≥ cols, ≥ 1) fits in
+// length elements, i.e. (rows−1)·ld + cols ≤ length, without overflowing.
+func fitsMatrix(rows, cols, ld, length int) bool {
+	if rows == 0 || cols == 0 {
+		return true
+	}
+	return cols <= length && rows-1 <= (length-cols)/ld
+}
+
+// packB writes rows [j, j+nc) × columns [p, p+kc) of B as 16-row panels: panel q holds, for
+// each step s, b[j+16q+t][p+s] for t = 0..15 (rows beyond nc are zero).
+func packB(dst []float32, b []float32, ldb, j, nc, p, kc int) {
+	for q := 0; q*sgNR < nc; q++ {
+		panel := dst[q*sgNR*kc : (q+1)*sgNR*kc]
+		s0 := 0
+		if q*sgNR+sgNR <= nc && kc >= 8 {
+			s0 = kc &^ 7
+			packB16AVX2(&panel[0], &b[(j+q*sgNR)*ldb+p], ldb, kc/8)
+		}
+		for t := 0; t < sgNR; t++ {
+			if q*sgNR+t >= nc {
+				for s := s0; s < kc; s++ {
+					panel[s*sgNR+t] = 0
+				}
+				continue
+			}
+			row := b[(j+q*sgNR+t)*ldb+p:][:kc]
+			for s := s0; s < kc; s++ {
+				panel[s*sgNR+t] = row[s]
+			}
+		}
+	}
+}
+
+// sgemmPacked is the assembly path: pack B, then run the 6×16 micro-kernel over A in place.
+func sgemmPacked(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool, i0, i1, j0, j1 int) {
+	buf := sgemmPool.Get().(*sgemmBuf)
+	defer sgemmPool.Put(buf)
+	for jc := j0; jc < j1; jc += sgNC {
+		nc := min(sgNC, j1-jc)
+		for pc := 0; pc < k; pc += sgKC {
+			kc := min(sgKC, k-pc)
+			acc := accumulate || pc > 0
+			packB(buf.b[:], b, ldb, jc, nc, pc, kc)
+			for ic := i0; ic < i1; ic += sgMC {
+				mc := min(sgMC, i1-ic)
+				full := mc - mc%sgMR
+				if full < mc { // copy the last, partial row panel (zero-padded)
+					tail := buf.aTail[:sgMR*kc]
+					clear(tail)
+					for r := 0; r < mc-full; r++ {
+						copy(tail[r*kc:(r+1)*kc], a[(ic+full+r)*lda+pc:])
+					}
+				}
+				for jr := 0; jr < nc; jr += sgNR {
+					bp := &buf.b[jr*kc]
+					cols := min(sgNR, nc-jr)
+					for ir := 0; ir < mc; ir += sgMR {
+						ap, alda := &buf.aTail[0], kc
+						if ir < full {
+							ap, alda = &a[(ic+ir)*lda+pc], lda
+						}
+						rows := min(sgMR, mc-ir)
+						if rows == sgMR && cols == sgNR {
+							sgemmKernel6x16AVX2(kc, ap, alda, bp, &c[(ic+ir)*ldc+jc+jr], ldc, acc)
+							continue
+						}
+						sgemmKernel6x16AVX2(kc, ap, alda, bp, &buf.tmp[0], sgNR, false)
+						for r := 0; r < rows; r++ {
+							dst := c[(ic+ir+r)*ldc+jc+jr:][:cols]
+							src := buf.tmp[r*sgNR:][:cols]
+							if acc {
+								for t := range dst {
+									dst[t] += src[t]
+								}
+							} else {
+								copy(dst, src)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// sgemmGo is the pure-Go twin: blocked over k (256) and over 2×4 register tiles of C. Every
+// element is a sequential sum over each k block, wherever its tile falls, so disjoint
+// SgemmRange calls reproduce a whole Sgemm bit for bit.
+func sgemmGo(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool, i0, i1, j0, j1 int) {
+	const kb = 256
+	for pc := 0; pc < k; pc += kb {
+		kc := min(kb, k-pc)
+		acc := accumulate || pc > 0
+		i := i0
+		for ; i+2 <= i1; i += 2 {
+			a0 := a[i*lda+pc:][:kc]
+			a1 := a[(i+1)*lda+pc:][:kc]
+			j := j0
+			for ; j+4 <= j1; j += 4 {
+				b0 := b[j*ldb+pc:][:kc]
+				b1 := b[(j+1)*ldb+pc:][:kc]
+				b2 := b[(j+2)*ldb+pc:][:kc]
+				b3 := b[(j+3)*ldb+pc:][:kc]
+				var s00, s01, s02, s03, s10, s11, s12, s13 float32
+				for p := range a0 {
+					x0, x1 := a0[p], a1[p]
+					y0, y1, y2, y3 := b0[p], b1[p], b2[p], b3[p]
+					s00 += x0 * y0
+					s01 += x0 * y1
+					s02 += x0 * y2
+					s03 += x0 * y3
+					s10 += x1 * y0
+					s11 += x1 * y1
+					s12 += x1 * y2
+					s13 += x1 * y3
+				}
+				storeTile(c[i*ldc+j:][:4], acc, s00, s01, s02, s03)
+				storeTile(c[(i+1)*ldc+j:][:4], acc, s10, s11, s12, s13)
+			}
+			for ; j < j1; j++ {
+				bj := b[j*ldb+pc:][:kc]
+				storeOne(c, i*ldc+j, acc, dotSeq(a0, bj))
+				storeOne(c, (i+1)*ldc+j, acc, dotSeq(a1, bj))
+			}
+		}
+		for ; i < i1; i++ {
+			ai := a[i*lda+pc:][:kc]
+			for j := j0; j < j1; j++ {
+				storeOne(c, i*ldc+j, acc, dotSeq(ai, b[j*ldb+pc:][:kc]))
+			}
+		}
+	}
+}
+
+func storeTile(dst []float32, acc bool, s0, s1, s2, s3 float32) {
+	dst = dst[:4]
+	if acc {
+		dst[0] += s0
+		dst[1] += s1
+		dst[2] += s2
+		dst[3] += s3
+		return
+	}
+	dst[0], dst[1], dst[2], dst[3] = s0, s1, s2, s3
+}
+
+func storeOne(c []float32, idx int, acc bool, v float32) {
+	if acc {
+		c[idx] += v
+	} else {
+		c[idx] = v
+	}
+}
+
+// dotSeq is a sequential float32 dot product (the summation order of sgemmGo's tiles).
+func dotSeq(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s float32
+	for i, v := range a {
+		s += v * b[i]
+	}
+	return s
+}

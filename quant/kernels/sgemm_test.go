@@ -1,0 +1,145 @@
+package kernels
+
+import (
+	"math"
+	"testing"
+)
+
+type sgemmShape struct{ m, n, k, lda, ldb, ldc int }
+
+// TestSgemm: both paths against a float64 reference for shapes that exercise every edge
+// (partial 6×16 tiles, k beyond one 256 block, n beyond one 512 block, padded strides),
+// with and without accumulation; tolerance (k + 4)·2⁻²⁴·Σ_p |a_ip·b_jp| per element.
+func TestSgemm(t *testing.T) {
+	shapes := []sgemmShape{
+		{1, 1, 1, 1, 1, 1}, {6, 16, 8, 8, 8, 16}, {5, 15, 3, 3, 3, 15}, {7, 17, 33, 40, 35, 20},
+		{13, 530, 300, 300, 301, 533}, {150, 40, 257, 260, 257, 41}, {2, 3, 600, 600, 600, 3},
+		{64, 64, 64, 64, 64, 64}, {19, 1, 513, 513, 513, 1},
+	}
+	if testing.Short() {
+		shapes = shapes[:4]
+	}
+	forEachImpl(t, func(t *testing.T) {
+		var worst float64
+		for si, sh := range shapes {
+			r := newRNG(uint64(si))
+			a := randFloats(r, (sh.m-1)*sh.lda+sh.k, si%2 == 1, 1)
+			b := randFloats(r, (sh.n-1)*sh.ldb+sh.k, true, 1)
+			c0 := randFloats(r, (sh.m-1)*sh.ldc+sh.n, false, 1)
+			for _, acc := range []bool{false, true} {
+				c := append([]float32(nil), c0...)
+				if err := Sgemm(sh.m, sh.n, sh.k, a, sh.lda, b, sh.ldb, c, sh.ldc, acc); err != nil {
+					t.Fatalf("%+v: %v", sh, err)
+				}
+				worst = max(worst, checkSgemmResult(t, sh, a, b, c0, c, acc, 0, sh.m, 0, sh.n))
+			}
+			// A sub-block via SgemmRange leaves everything else untouched.
+			i0, i1, j0, j1 := sh.m/3, sh.m-sh.m/4, sh.n/5, sh.n-sh.n/3
+			c := append([]float32(nil), c0...)
+			if err := SgemmRange(sh.m, sh.n, sh.k, a, sh.lda, b, sh.ldb, c, sh.ldc, true, i0, i1, j0, j1); err != nil {
+				t.Fatal(err)
+			}
+			worst = max(worst, checkSgemmResult(t, sh, a, b, c0, c, true, i0, i1, j0, j1))
+		}
+		t.Logf("worst |err|/S = %.3g", worst)
+	})
+}
+
+func checkSgemmResult(t *testing.T, sh sgemmShape, a, b, c0, c []float32, acc bool, i0, i1, j0, j1 int) float64 {
+	t.Helper()
+	var worst float64
+	for i := 0; i < sh.m; i++ {
+		for j := 0; j < sh.ldc && i*sh.ldc+j < len(c); j++ {
+			idx := i*sh.ldc + j
+			if j >= sh.n || i < i0 || i >= i1 || j < j0 || j >= j1 {
+				if math.Float32bits(c[idx]) != math.Float32bits(c0[idx]) {
+					t.Fatalf("%+v range [%d,%d)×[%d,%d): C[%d][%d] outside the range changed", sh, i0, i1, j0, j1, i, j)
+				}
+				continue
+			}
+			var ref, s float64
+			if acc {
+				ref, s = float64(c0[idx]), math.Abs(float64(c0[idx]))
+			}
+			for p := 0; p < sh.k; p++ {
+				v := float64(a[i*sh.lda+p]) * float64(b[j*sh.ldb+p])
+				ref += v
+				s += math.Abs(v)
+			}
+			err := math.Abs(float64(c[idx]) - ref)
+			if err > float64(sh.k+4)*u32*s {
+				t.Fatalf("%+v acc=%v C[%d][%d] = %.9g, reference %.9g", sh, acc, i, j, c[idx], ref)
+			}
+			if s > 0 {
+				worst = max(worst, err/s)
+			}
+		}
+	}
+	return worst
+}
+
+func TestSgemmErrors(t *testing.T) {
+	a := make([]float32, 12)
+	c := make([]float32, 9)
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"negative m", Sgemm(-1, 3, 4, a, 4, a, 4, c, 3, false)},
+		{"short lda", Sgemm(3, 3, 4, a, 3, a, 4, c, 3, false)},
+		{"short ldc", Sgemm(3, 3, 4, a, 4, a, 4, c, 2, false)},
+		{"short A", Sgemm(4, 3, 4, a, 4, a, 4, make([]float32, 12), 3, false)},
+		{"short B", Sgemm(3, 4, 4, a, 4, a, 4, make([]float32, 12), 4, false)},
+		{"short C", Sgemm(3, 3, 4, a, 4, a, 4, c[:8], 3, false)},
+		{"range", SgemmRange(3, 3, 4, a, 4, a, 4, c, 3, false, 0, 4, 0, 3)},
+		{"reversed range", SgemmRange(3, 3, 4, a, 4, a, 4, c, 3, false, 0, 3, 2, 1)},
+	} {
+		if tc.err == nil {
+			t.Errorf("%s: no error", tc.name)
+		}
+	}
+	// k = 0: C = 0 (or unchanged when accumulating).
+	for i := range c {
+		c[i] = 7
+	}
+	if err := Sgemm(3, 3, 0, nil, 1, nil, 1, c, 3, true); err != nil || c[4] != 7 {
+		t.Fatalf("k=0 accumulate: %v, %g", err, c[4])
+	}
+	if err := Sgemm(3, 3, 0, nil, 1, nil, 1, c, 3, false); err != nil || c[4] != 0 {
+		t.Fatalf("k=0: %v, %g", err, c[4])
+	}
+}
+
+// TestSgemmConcurrentRanges: disjoint SgemmRange blocks computed by concurrent goroutines
+// reproduce a single Sgemm call bit for bit.
+func TestSgemmConcurrentRanges(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		const m, n, k = 50, 70, 300
+		r := newRNG(9)
+		a := randFloats(r, m*k, true, 1)
+		b := randFloats(r, n*k, false, 1)
+		want := make([]float32, m*n)
+		if err := Sgemm(m, n, k, a, k, b, k, want, n, false); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]float32, m*n)
+		errs := make(chan error, 6)
+		for _, ir := range [][2]int{{0, 17}, {17, 36}, {36, 50}} {
+			for _, jr := range [][2]int{{0, 33}, {33, 70}} {
+				go func() {
+					errs <- SgemmRange(m, n, k, a, k, b, k, got, n, false, ir[0], ir[1], jr[0], jr[1])
+				}()
+			}
+		}
+		for i := 0; i < 6; i++ {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("element %d: ranges %g, whole %g", i, got[i], want[i])
+			}
+		}
+	})
+}
