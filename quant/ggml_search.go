@@ -1,0 +1,363 @@
+package quant
+
+// Ports of ggml's scale-search helpers (ggml-quants.c: make_qx_quants, make_q3_quants,
+// make_qkx2_quants, make_qkx3_quants, make_qp_quants), written from the
+// descriptions in the facts document §2.6. Every intermediate is float32 and rounded
+// where C rounds it; products that feed an addition are wrapped in an explicit
+// float32 conversion so the compiler cannot fuse them into an FMA. Loops run in
+// index order like the C code. These are used by ModeReference (bit-exact output)
+// and as the baseline candidate of ModeImproved.
+
+import (
+	"encoding/binary"
+	"math"
+)
+
+const groupMaxEps = float32(1e-15)
+
+// nearestInt is ggml's nearest_int: round half to even through the 1.5·2^23 trick.
+// Exact for |f| <= 4194303; outside that range it returns the same (meaningless)
+// value as ggml, so callers clamp.
+func nearestInt(f float32) int32 {
+	v := float32(f) + 12582912
+	return int32(math.Float32bits(v)&0x007fffff) - 0x00400000
+}
+
+func fabs(x float32) float32 { return math.Float32frombits(math.Float32bits(x) &^ 0x80000000) }
+
+func sqrtf(x float32) float32 { return float32(math.Sqrt(float64(x))) }
+
+func clampI(v, lo, hi int32) int32 {
+	if v < lo {
+		return lo
+	}
+	if v > hi {
+		return hi
+	}
+	return v
+}
+
+func putF16(b []byte, f float32) { binary.LittleEndian.PutUint16(b, FP32ToFP16(f)) }
+
+func getF16(b []byte) float32 { return fp16Table[binary.LittleEndian.Uint16(b)] }
+
+// roundF16 returns f rounded to the nearest binary16 value, as float32.
+func roundF16(f float32) float32 { return fp16Table[FP32ToFP16(f)] }
+
+// signedMax returns the first element with the largest |x| (strictly-greater
+// replacement) and that magnitude.
+func signedMax(x []float32) (max, amax float32) {
+	for _, v := range x {
+		if ax := fabs(v); ax > amax {
+			amax = ax
+			max = v
+		}
+	}
+	return max, amax
+}
+
+// ggmlQxQuants is make_qx_quants with rmse_type = 1: weights qw, or x² when qw is
+// nil. L receives values in 0..2·nmax-1.
+func ggmlQxQuants(x []float32, L []int8, nmax int32, qw []float32) float32 {
+	n := len(x)
+	L = L[:n]
+	max, amax := signedMax(x)
+	if amax < groupMaxEps {
+		for i := range L {
+			L[i] = 0
+		}
+		return 0
+	}
+	iscale := float32(-nmax) / max
+	var sumlx, suml2 float32
+	for i, v := range x {
+		l := clampI(nearestInt(iscale*v), -nmax, nmax-1)
+		L[i] = int8(l + nmax)
+		w := v * v
+		if qw != nil {
+			w = qw[i]
+		}
+		fl := float32(l)
+		sumlx += float32(float32(w*v) * fl)
+		suml2 += float32(float32(w*fl) * fl)
+	}
+	scale := float32(0)
+	if suml2 != 0 {
+		scale = sumlx / suml2
+	}
+	best := scale * sumlx
+	for is := int32(-9); is <= 9; is++ {
+		if is == 0 {
+			continue
+		}
+		iscale = -(float32(nmax) + float32(float32(0.1)*float32(is))) / max
+		sumlx, suml2 = 0, 0
+		for i, v := range x {
+			l := clampI(nearestInt(iscale*v), -nmax, nmax-1)
+			w := v * v
+			if qw != nil {
+				w = qw[i]
+			}
+			fl := float32(l)
+			sumlx += float32(float32(w*v) * fl)
+			suml2 += float32(float32(w*fl) * fl)
+		}
+		if suml2 > 0 && float32(sumlx*sumlx) > float32(best*suml2) {
+			for i, v := range x {
+				l := clampI(nearestInt(iscale*v), -nmax, nmax-1)
+				L[i] = int8(l + nmax)
+			}
+			scale = sumlx / suml2
+			best = scale * sumlx
+		}
+	}
+	return scale
+}
+
+// ggmlQ3Quants is make_q3_quants(n, nmax, x, L, do_rmse=true). L receives 0..2·nmax-1.
+func ggmlQ3Quants(x []float32, L []int8, nmax int32) float32 {
+	n := len(x)
+	L = L[:n]
+	max, amax := signedMax(x)
+	if amax < groupMaxEps {
+		for i := range L {
+			L[i] = 0
+		}
+		return 0
+	}
+	iscale := float32(-nmax) / max
+	var sumlx, suml2 float32
+	for i, v := range x {
+		l := clampI(nearestInt(iscale*v), -nmax, nmax-1)
+		L[i] = int8(l)
+		w := v * v
+		fl := float32(l)
+		sumlx += float32(float32(w*v) * fl)
+		suml2 += float32(float32(w*fl) * fl)
+	}
+	for itry := 0; itry < 5; itry++ {
+		changed := 0
+		for i, v := range x {
+			w := v * v
+			li := float32(L[i])
+			slx := sumlx - float32(float32(w*v)*li)
+			if slx > 0 {
+				sl2 := suml2 - float32(float32(w*li)*li)
+				nl := clampI(nearestInt(float32(v*sl2)/slx), -nmax, nmax-1)
+				if nl != int32(L[i]) {
+					fn := float32(nl)
+					slx += float32(float32(w*v) * fn)
+					sl2 += float32(float32(w*fn) * fn)
+					if sl2 > 0 && float32(float32(slx*slx)*suml2) > float32(float32(sumlx*sumlx)*sl2) {
+						L[i] = int8(nl)
+						sumlx = slx
+						suml2 = sl2
+						changed++
+					}
+				}
+			}
+		}
+		if changed == 0 {
+			break
+		}
+	}
+	for i := range L {
+		L[i] += int8(nmax)
+	}
+	if suml2 > 0 {
+		return sumlx / suml2
+	}
+	return 0
+}
+
+// ggmlQkxQuants is make_qkx2_quants (v3 == false) or make_qkx3_quants (v3 == true).
+// weights must not be nil (every ggml call site passes weights). It returns the scale
+// and stores the negated minimum (>= 0) in *theMin. Laux is scratch of len(x).
+func ggmlQkxQuants(x, weights []float32, L, Laux []uint8, theMin *float32, nmax int32,
+	rmin, rdelta float32, nstep int, useMad, v3 bool) float32 {
+	n := len(x)
+	L = L[:n]
+	Laux = Laux[:n]
+	weights = weights[:n]
+	min, max := x[0], x[0]
+	sumW := weights[0]
+	sumX := sumW * x[0]
+	for i := 1; i < n; i++ {
+		v := x[i]
+		if v < min {
+			min = v
+		}
+		if v > max {
+			max = v
+		}
+		w := weights[i]
+		sumW += w
+		sumX += float32(w * v)
+	}
+	if min > 0 {
+		min = 0
+	}
+	if max == min || (v3 && max <= min) {
+		for i := range L {
+			L[i] = 0
+		}
+		*theMin = -min
+		return 0
+	}
+	fnmax := float32(nmax)
+	iscale := fnmax / (max - min)
+	scale := 1 / iscale
+	var bestErr float32
+	for i, v := range x {
+		l := clampI(nearestInt(iscale*(v-min)), 0, nmax)
+		L[i] = uint8(l)
+		diff := float32(float32(scale*float32(L[i]))+min) - v
+		if useMad {
+			diff = fabs(diff)
+		} else {
+			diff = diff * diff
+		}
+		bestErr += float32(weights[i] * diff)
+	}
+	if nstep < 1 {
+		*theMin = -min
+		return scale
+	}
+	for is := 0; is <= nstep; is++ {
+		iscale = (float32(rmin+float32(rdelta*float32(is))) + fnmax) / (max - min)
+		var sumL, sumL2, sumXL float32
+		for i, v := range x {
+			l := clampI(nearestInt(iscale*(v-min)), 0, nmax)
+			Laux[i] = uint8(l)
+			w := weights[i]
+			fl := float32(l)
+			sumL += float32(w * fl)
+			sumL2 += float32(float32(w*fl) * fl)
+			sumXL += float32(float32(w*fl) * v)
+		}
+		D := float32(sumW*sumL2) - float32(sumL*sumL)
+		if D > 0 {
+			thisScale := (float32(sumW*sumXL) - float32(sumX*sumL)) / D
+			thisMin := (float32(sumL2*sumX) - float32(sumL*sumXL)) / D
+			if thisMin > 0 {
+				thisMin = 0
+				thisScale = sumXL / sumL2
+			}
+			var cur float32
+			for i, v := range x {
+				diff := float32(float32(thisScale*float32(Laux[i]))+thisMin) - v
+				if useMad {
+					diff = fabs(diff)
+				} else {
+					diff = diff * diff
+				}
+				cur += float32(weights[i] * diff)
+			}
+			if cur < bestErr {
+				copy(L, Laux)
+				bestErr = cur
+				scale = thisScale
+				min = thisMin
+			}
+		}
+	}
+	*theMin = -min
+	return scale
+}
+
+// ggmlQpQuants is make_qp_quants: quantizes non-negative values (sub-block scales or
+// mins) to 0..nmax with weights qw. L uses uint8 storage like ggml.
+func ggmlQpQuants(x []float32, L []uint8, nmax int32, qw []float32) float32 {
+	n := len(x)
+	L = L[:n]
+	var max float32
+	for _, v := range x {
+		if max > v {
+			// keep
+		} else {
+			max = v
+		}
+	}
+	if max < groupMaxEps {
+		for i := range L {
+			L[i] = 0
+		}
+		return 0
+	}
+	fnmax := float32(nmax)
+	iscale := fnmax / max
+	for i, v := range x {
+		L[i] = uint8(nearestInt(iscale * v))
+	}
+	scale := 1 / iscale
+	var bestMse float32
+	for i, v := range x {
+		diff := v - float32(scale*float32(L[i]))
+		bestMse += float32(float32(qw[i]*diff) * diff)
+	}
+	for is := int32(-4); is <= 4; is++ {
+		if is == 0 {
+			continue
+		}
+		iscaleIs := (float32(float32(0.1)*float32(is)) + fnmax) / max
+		scaleIs := 1 / iscaleIs
+		var mse float32
+		for i, v := range x {
+			l := nearestInt(iscaleIs * v)
+			if l > nmax {
+				l = nmax
+			}
+			diff := v - float32(scaleIs*float32(l))
+			mse += float32(float32(qw[i]*diff) * diff)
+		}
+		if mse < bestMse {
+			bestMse = mse
+			iscale = iscaleIs
+		}
+	}
+	var sumlx, suml2 float32
+	for i, v := range x {
+		l := nearestInt(iscale * v)
+		if l > nmax {
+			l = nmax
+		}
+		L[i] = uint8(l)
+		w := qw[i]
+		fl := float32(l)
+		sumlx += float32(float32(w*v) * fl)
+		suml2 += float32(float32(w*fl) * fl)
+	}
+	for itry := 0; itry < 5; itry++ {
+		changed := 0
+		for i, v := range x {
+			w := qw[i]
+			li := float32(L[i])
+			slx := sumlx - float32(float32(w*v)*li)
+			sl2 := suml2 - float32(float32(w*li)*li)
+			if slx > 0 && sl2 > 0 {
+				nl := nearestInt(float32(v*sl2) / slx)
+				if nl > nmax {
+					nl = nmax
+				}
+				if nl != int32(L[i]) {
+					fn := float32(nl)
+					slx += float32(float32(w*v) * fn)
+					sl2 += float32(float32(w*fn) * fn)
+					if float32(float32(slx*slx)*suml2) > float32(float32(sumlx*sumlx)*sl2) {
+						L[i] = uint8(nl)
+						sumlx = slx
+						suml2 = sl2
+						changed++
+					}
+				}
+			}
+		}
+		if changed == 0 {
+			break
+		}
+	}
+	if suml2 > 0 {
+		return sumlx / suml2
+	}
+	return 0
+}

@@ -1,0 +1,434 @@
+package quant
+
+// ModeImproved for super-block formats: Q2_K, Q4_K, Q5_K (asymmetric sub-blocks with
+// integer scales and mins) and Q3_K, Q6_K, IQ4_XS (symmetric sub-blocks with signed
+// integer scales). Three stages per 256-element super-block:
+//
+//  1. fit every sub-block independently (asymFit / symFit);
+//  2. choose the fp16 super-scale(s) and integer sub-scales with a quadratic model
+//     of the error increase (exact for fixed codes: Σw(Δs·q + Δo)²);
+//  3. exact refinement: alternately re-choose each sub-block's integers among the
+//     neighbours of its least-squares optimum, and re-fit the super-scale(s) by
+//     least squares over the whole super-block (trying the fp16 neighbours), each
+//     time re-rounding codes for the stored values and accepting only a lower
+//     exact (post-dequantization) error.
+
+import (
+	"math"
+
+	"github.com/tq-project/tq/gguf"
+)
+
+type kAsymSpec struct {
+	t         gguf.GGMLType
+	nsub, sub int
+	nmax      int32 // largest code
+	smax      int32 // largest integer sub-scale / sub-min
+}
+
+var (
+	kAsymQ2K = kAsymSpec{gguf.TypeQ2_K, 16, 16, 3, 15}
+	kAsymQ4K = kAsymSpec{gguf.TypeQ4_K, 8, 32, 15, 63}
+	kAsymQ5K = kAsymSpec{gguf.TypeQ5_K, 8, 32, 31, 63}
+)
+
+func floorCeil(v float64, lo, hi int32) (int32, int32) {
+	if !(v > float64(lo)) {
+		return lo, lo
+	}
+	if !(v < float64(hi)) {
+		return hi, hi
+	}
+	f := int32(math.Floor(v))
+	return clampI(f, lo, hi), clampI(f+1, lo, hi)
+}
+
+// asymProxy picks the integer scale a and min b (0..smax) for a sub-block fitted at
+// scale fd, offset fm (<= 0) with statistics st, minimising the exact error increase
+// for fixed codes; D, Dm are the super-scales.
+func asymProxy(st *asymStats, fd, fm, D, Dm float64, smax int32) (a, b int32, cost float64) {
+	var a0, a1, b0, b1 int32
+	if D > 0 {
+		a0, a1 = floorCeil(fd/D, 0, smax)
+	}
+	if Dm > 0 {
+		b0, b1 = floorCeil(-fm/Dm, 0, smax)
+	}
+	cost = math.Inf(1)
+	for _, ca := range [2]int32{a0, a1} {
+		for _, cb := range [2]int32{b0, b1} {
+			ds := D*float64(ca) - fd
+			do := -Dm*float64(cb) - fm
+			c := st.sqq*ds*ds + 2*st.sq*ds*do + st.sw*do*do
+			if c < cost {
+				a, b, cost = ca, cb, c
+			}
+		}
+	}
+	return
+}
+
+func f16Grid(vmax float64, smax int32, k int) float32 {
+	if vmax <= 0 {
+		return 0
+	}
+	return roundF16(float32(vmax / (float64(smax) - 0.25*float64(k))))
+}
+
+// asymSubEval re-rounds the codes of sub-block values xs for integer scale a and min
+// b under super-scales D, Dm exactly as the block will be decoded, and returns the
+// weighted error.
+func asymSubEval(xs, w []float32, D, Dm float32, a, b, nmax int32, q []int32) float64 {
+	ds := D * float32(a)
+	dm := Dm * float32(b)
+	var e float64
+	for i, v := range xs {
+		var c int32
+		if ds != 0 {
+			c = clampI(nearestInt((v+dm)/ds), 0, nmax)
+		}
+		q[i] = c
+		diff := float64(v) - float64(float32(ds*float32(c))-dm)
+		e += float64(w[i]) * diff * diff
+	}
+	return e
+}
+
+func encAsymK(blk []byte, x, wt, wf []float32, s *impScratch, sp *kAsymSpec) {
+	n, sub := sp.nsub, sp.sub
+	var smaxV, mmaxV float64
+	for j := 0; j < n; j++ {
+		r := j * sub
+		d, m, _, st := asymFit(x[r:r+sub], wf[r:r+sub], sp.nmax, true, tcFor(sp.nmax), s.codes[r:r+sub], s.tmp[:sub])
+		s.fd[j], s.fm[j], s.fst[j] = d, m, st
+		smaxV = max(smaxV, d)
+		mmaxV = max(mmaxV, -m)
+	}
+	proxy := func(D, Dm float32) float64 {
+		var c float64
+		for j := 0; j < n; j++ {
+			_, _, cj := asymProxy(&s.fst[j], s.fd[j], s.fm[j], float64(D), float64(Dm), sp.smax)
+			c += cj
+		}
+		return c
+	}
+	D, Dm := f16Grid(smaxV, sp.smax, 0), f16Grid(mmaxV, sp.smax, 0)
+	for pass := 0; pass < 3; pass++ {
+		best := proxy(D, Dm)
+		for k := 0; k < 16; k++ {
+			if pass%2 == 0 {
+				if c := f16Grid(smaxV, sp.smax, k); proxy(c, Dm) < best {
+					best, D = proxy(c, Dm), c
+				}
+			} else if c := f16Grid(mmaxV, sp.smax, k); proxy(D, c) < best {
+				best, Dm = proxy(D, c), c
+			}
+		}
+	}
+	for j := 0; j < n; j++ {
+		s.a[j], s.b[j], _ = asymProxy(&s.fst[j], s.fd[j], s.fm[j], float64(D), float64(Dm), sp.smax)
+	}
+	refineAsymK(x, wt, s, sp, &D, &Dm)
+
+	// Encode through the same finishing code as the reference path.
+	L := s.L[:QK_K]
+	for i := range L {
+		L[i] = uint8(s.codes[i])
+	}
+	switch sp.t {
+	case gguf.TypeQ2_K:
+		for j := 0; j < 16; j++ {
+			blk[j] = uint8(s.a[j]) | uint8(s.b[j])<<4
+		}
+		putF16(blk[80:], D)
+		putF16(blk[82:], Dm)
+		finishQ2K(blk, x, L)
+	default:
+		var ls, lm [8]uint8
+		for j := 0; j < 8; j++ {
+			ls[j], lm[j] = uint8(s.a[j]), uint8(s.b[j])
+		}
+		packScalesK4(blk[4:16], &ls, &lm)
+		putF16(blk[0:], D)
+		putF16(blk[2:], Dm)
+		finishQ45K(blk, x, L, sp.nmax)
+	}
+}
+
+func refineAsymK(x, wt []float32, s *impScratch, sp *kAsymSpec, D, Dm *float32) {
+	n, sub := sp.nsub, sp.sub
+	total := 0.0
+	for j := 0; j < n; j++ {
+		r := j * sub
+		s.subErr[j] = asymSubEval(x[r:r+sub], wt[r:r+sub], *D, *Dm, s.a[j], s.b[j], sp.nmax, s.codes[r:r+sub])
+		total += s.subErr[j]
+	}
+	for iter := 0; iter < 3; iter++ {
+		improved := false
+		// (i) integers per sub-block, around the least-squares optimum for its codes.
+		for j := 0; j < n; j++ {
+			r := j * sub
+			xs, ws := x[r:r+sub], wt[r:r+sub]
+			st := asymStatsOf(xs, ws, s.codes[r:r+sub])
+			if st.sw == 0 {
+				continue
+			}
+			so, mo, _ := st.solve(true)
+			var ac, bc [3]int32
+			ac[0], bc[0] = s.a[j], s.b[j]
+			ac[1], ac[2] = s.a[j], s.a[j]
+			bc[1], bc[2] = s.b[j], s.b[j]
+			if *D > 0 {
+				ac[1], ac[2] = floorCeil(so/float64(*D), 0, sp.smax)
+			}
+			if *Dm > 0 {
+				bc[1], bc[2] = floorCeil(-mo/float64(*Dm), 0, sp.smax)
+			}
+			for _, ca := range ac {
+				for _, cb := range bc {
+					if ca == s.a[j] && cb == s.b[j] {
+						continue
+					}
+					e := asymSubEval(xs, ws, *D, *Dm, ca, cb, sp.nmax, s.ctry[:sub])
+					if e < s.subErr[j] {
+						total += e - s.subErr[j]
+						s.subErr[j], s.a[j], s.b[j] = e, ca, cb
+						copy(s.codes[r:r+sub], s.ctry[:sub])
+						improved = true
+					}
+				}
+			}
+		}
+		// (ii) super-scales by least squares for fixed integers and codes:
+		// x ≈ D·(a_j·q) − Dm·b_j.
+		var suu, suv, svv, sux, svx float64
+		for j := 0; j < n; j++ {
+			r := j * sub
+			fa, fb := float64(s.a[j]), float64(s.b[j])
+			for i, v := range x[r : r+sub] {
+				w := float64(wt[r+i])
+				u := fa * float64(s.codes[r+i])
+				suu += w * u * u
+				suv -= w * u * fb
+				svv += w * fb * fb
+				sux += w * u * float64(v)
+				svx -= w * fb * float64(v)
+			}
+		}
+		det := suu*svv - suv*suv
+		if det > 0 {
+			dOpt := (svv*sux - suv*svx) / det
+			mOpt := (suu*svx - suv*sux) / det
+			bestD, bestDm, bestE := *D, *Dm, total
+			for _, hd := range f16Neighbours(FP32ToFP16(float32(max(dOpt, 0)))) {
+				for _, hm := range f16Neighbours(FP32ToFP16(float32(max(mOpt, 0)))) {
+					if !f16Finite(hd) || !f16Finite(hm) || hd&0x8000 != 0 || hm&0x8000 != 0 {
+						continue
+					}
+					cd, cm := fp16Table[hd], fp16Table[hm]
+					var e float64
+					for j := 0; j < n && e < bestE; j++ {
+						r := j * sub
+						e += asymSubEval(x[r:r+sub], wt[r:r+sub], cd, cm, s.a[j], s.b[j], sp.nmax, s.ctry[:sub])
+					}
+					if e < bestE {
+						bestD, bestDm, bestE = cd, cm, e
+					}
+				}
+			}
+			if bestE < total {
+				*D, *Dm = bestD, bestDm
+				total = 0
+				for j := 0; j < n; j++ {
+					r := j * sub
+					s.subErr[j] = asymSubEval(x[r:r+sub], wt[r:r+sub], *D, *Dm, s.a[j], s.b[j], sp.nmax, s.codes[r:r+sub])
+					total += s.subErr[j]
+				}
+				improved = true
+			}
+		}
+		if !improved {
+			break
+		}
+	}
+}
+
+// ---------------------------------------------------------------- symmetric super-blocks
+
+type kSymSpec struct {
+	t          gguf.GGMLType
+	nsub, sub  int
+	ls         *levelSet
+	lmin, lmax int32     // signed integer sub-scale range
+	tD         []float32 // level positions for the largest sub-scale
+}
+
+var (
+	kSymQ3K   = kSymSpec{gguf.TypeQ3_K, 16, 16, levelsQ3_K, -32, 31, gridT(-32, 31, 4, 0.25)}
+	kSymQ6K   = kSymSpec{gguf.TypeQ6_K, 16, 16, levelsQ6_K, -128, 127, gridT(-128, 127, 8, 0.5)}
+	kSymIQ4XS = kSymSpec{gguf.TypeIQ4_XS, 8, 32, levelsIQ4, -32, 31, gridT(-32, 31, 4, 0.25)}
+)
+
+func symSubEval(xs, w []float32, D float32, l int32, ls *levelSet, q []int32) float64 {
+	ds := D * float32(l)
+	symCodes(xs, ds, ls, q)
+	return symErr(xs, w, ds, ls, q)
+}
+
+func encSymK(blk []byte, x, wt, wf []float32, s *impScratch, sp *kSymSpec) {
+	n, sub := sp.nsub, sp.sub
+	var ext float64
+	for j := 0; j < n; j++ {
+		r := j * sub
+		d, B := symFit(x[r:r+sub], wf[r:r+sub], sp.ls, s.codes[r:r+sub], s.tmp[:sub])
+		s.fd[j], s.fB[j] = d, B
+		if math.Abs(d) > math.Abs(ext) {
+			ext = d
+		}
+	}
+	var D float32
+	if ext != 0 {
+		D = float32(math.Inf(1)) // stays Inf (and loses to ggml's block) if every candidate overflows
+		bestC := math.Inf(1)
+		for _, t := range sp.tD {
+			c := roundF16(float32(ext / float64(t)))
+			if c == 0 || math.IsInf(float64(c), 0) {
+				continue
+			}
+			var cost float64
+			for j := 0; j < n; j++ {
+				l := clampI(int32(math.RoundToEven(s.fd[j]/float64(c))), sp.lmin, sp.lmax)
+				dd := float64(c)*float64(l) - s.fd[j]
+				cost += s.fB[j] * dd * dd
+			}
+			if cost < bestC {
+				bestC, D = cost, c
+			}
+		}
+	}
+	for j := 0; j < n; j++ {
+		s.a[j] = 0
+		if D != 0 {
+			s.a[j] = clampI(int32(math.RoundToEven(s.fd[j]/float64(D))), sp.lmin, sp.lmax)
+		}
+	}
+	refineSymK(x, wt, s, sp, &D)
+
+	switch sp.t {
+	case gguf.TypeQ3_K:
+		var u [16]uint8
+		for j := range u {
+			u[j] = uint8(s.a[j] + 32)
+		}
+		packQ3Scales(blk[96:108], &u)
+		putF16(blk[108:], D)
+		L := s.L[:QK_K]
+		for i := range L {
+			L[i] = uint8(s.codes[i] + 4)
+		}
+		packQ3Labels(blk, L)
+	case gguf.TypeQ6_K:
+		for j := 0; j < 16; j++ {
+			blk[192+j] = byte(int8(s.a[j]))
+		}
+		putF16(blk[208:], D)
+		L := s.L[:QK_K]
+		for i := range L {
+			L[i] = uint8(s.codes[i] + 32)
+		}
+		packQ6KLabels(blk[0:128], blk[128:192], L)
+	case gguf.TypeIQ4_XS:
+		putF16(blk, D)
+		var sh uint16
+		for ib := 0; ib < 8; ib++ {
+			u := uint8(s.a[ib] + 32)
+			if ib%2 == 0 {
+				blk[4+ib/2] = u & 0xf
+			} else {
+				blk[4+ib/2] |= (u & 0xf) << 4
+			}
+			sh |= uint16(u>>4) << (2 * ib)
+		}
+		blk[2], blk[3] = byte(sh), byte(sh>>8)
+		L := s.L[:QK_K]
+		for i := range L {
+			L[i] = uint8(s.codes[i])
+		}
+		packIQ4Labels(blk[8:136], L)
+	}
+}
+
+func refineSymK(x, wt []float32, s *impScratch, sp *kSymSpec, D *float32) {
+	n, sub := sp.nsub, sp.sub
+	total := 0.0
+	for j := 0; j < n; j++ {
+		r := j * sub
+		s.subErr[j] = symSubEval(x[r:r+sub], wt[r:r+sub], *D, s.a[j], sp.ls, s.codes[r:r+sub])
+		total += s.subErr[j]
+	}
+	if *D == 0 {
+		return
+	}
+	for iter := 0; iter < 3; iter++ {
+		improved := false
+		for j := 0; j < n; j++ {
+			r := j * sub
+			xs, ws := x[r:r+sub], wt[r:r+sub]
+			A, B := symStats(xs, ws, sp.ls, s.codes[r:r+sub])
+			if B <= 0 {
+				continue
+			}
+			l0, l1 := floorCeil(A/B/float64(*D), sp.lmin, sp.lmax)
+			for _, cl := range [2]int32{l0, l1} {
+				if cl == s.a[j] {
+					continue
+				}
+				e := symSubEval(xs, ws, *D, cl, sp.ls, s.ctry[:sub])
+				if e < s.subErr[j] {
+					total += e - s.subErr[j]
+					s.subErr[j], s.a[j] = e, cl
+					copy(s.codes[r:r+sub], s.ctry[:sub])
+					improved = true
+				}
+			}
+		}
+		var num, den float64
+		for j := 0; j < n; j++ {
+			r := j * sub
+			A, B := symStats(x[r:r+sub], wt[r:r+sub], sp.ls, s.codes[r:r+sub])
+			fl := float64(s.a[j])
+			num += fl * A
+			den += fl * fl * B
+		}
+		if den > 0 {
+			bestD, bestE := *D, total
+			for _, h := range f16Neighbours(FP32ToFP16(float32(num / den))) {
+				if !f16Finite(h) {
+					continue
+				}
+				c := fp16Table[h]
+				var e float64
+				for j := 0; j < n && e < bestE; j++ {
+					r := j * sub
+					e += symSubEval(x[r:r+sub], wt[r:r+sub], c, s.a[j], sp.ls, s.ctry[:sub])
+				}
+				if e < bestE {
+					bestD, bestE = c, e
+				}
+			}
+			if bestE < total {
+				*D = bestD
+				total = 0
+				for j := 0; j < n; j++ {
+					r := j * sub
+					s.subErr[j] = symSubEval(x[r:r+sub], wt[r:r+sub], *D, s.a[j], sp.ls, s.codes[r:r+sub])
+					total += s.subErr[j]
+				}
+				improved = true
+			}
+		}
+		if !improved {
+			break
+		}
+	}
+}
