@@ -1,8 +1,10 @@
 package tokenizer
 
 import (
+	"github.com/tq-project/tq/gguf"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 
@@ -163,15 +165,29 @@ func TestExportQwen3ToLlamaCpp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var all []KeyValue
+	var keep []KeyValue
 	for k, val := range md {
 		if strings.HasPrefix(k, "general.") || strings.HasPrefix(k, "qwen2.") {
-			all = append(all, KeyValue{k, val})
+			keep = append(keep, KeyValue{k, val})
 		}
 	}
-	all = append(all, kvs...)
+	sort.Slice(keep, func(i, j int) bool { return keep[i].Key < keep[j].Key })
+	all, err := KeyValuesToGGUF(keep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exported, err := KeyValuesToGGUF(kvs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all = append(all, exported...)
 	out := filepath.Join(t.TempDir(), "qwen3-vocab.gguf")
-	if err := writeTestGGUF(out, all); err != nil {
+	w, err := gguf.Create(out, gguf.WriterOptions{NoManifest: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Metadata = all
+	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
 	var texts []string
