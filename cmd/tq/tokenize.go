@@ -1,0 +1,131 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tq-project/tq/tokenizer"
+)
+
+type tokenizeOptions struct {
+	prompt       string
+	file         string
+	stdin        bool
+	showPieces   bool
+	json         bool
+	parseSpecial bool
+	noSpecial    bool
+	count        bool
+}
+
+func init() {
+	o := &tokenizeOptions{}
+	cmd := &cobra.Command{
+		Use:   "tokenize MODEL_DIR|MODEL.gguf (--prompt TEXT | --file F | --stdin)",
+		Short: "Tokenize text with a model's own tokenizer (like llama-tokenize)",
+		Long: `tokenize prints the token ids of a text, using the tokenizer of a Hugging Face folder
+(tokenizer.json, with transformers' rules) or of a GGUF file (tokenizer.ggml.* metadata, with
+llama.cpp's rules).
+
+Special tokens, as in llama-tokenize:
+  --parse-special  control tokens written in the text (e.g. "<|im_start|>") become their ids;
+                   without it they are tokenized as plain text. User-defined added tokens
+                   (e.g. "<think>") are always recognised, as in llama.cpp and transformers.
+  --no-special     do not add the BOS/EOS tokens the model asks for (add_bos/add_eos),
+                   like llama-tokenize --no-bos.`,
+		Example: `  tq tokenize ./Qwen3-0.6B --prompt "Hello world" --show-pieces
+  tq tokenize model.gguf --file prompt.txt --json
+  echo "<|im_start|>user" | tq tokenize model.gguf --stdin --parse-special`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			tok, err := loadTokenizer(args[0])
+			if err != nil {
+				return err
+			}
+			return runTokenize(cmd.OutOrStdout(), cmd.InOrStdin(), tok, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&o.prompt, "prompt", "p", "", "text to tokenize")
+	f.StringVarP(&o.file, "file", "f", "", "read the text from a file")
+	f.BoolVar(&o.stdin, "stdin", false, "read the text from standard input")
+	f.BoolVar(&o.showPieces, "show-pieces", false, "print each token's piece next to its id")
+	f.BoolVar(&o.json, "json", false, "print JSON: ids, pieces and count")
+	f.BoolVar(&o.parseSpecial, "parse-special", false, "recognise control tokens written in the text")
+	f.BoolVar(&o.noSpecial, "no-special", false, "do not add the model's BOS/EOS tokens")
+	f.BoolVar(&o.count, "show-count", false, "print only the number of tokens")
+	rootCmd.AddCommand(cmd)
+}
+
+// loadTokenizer opens the tokenizer of an HF folder or of a GGUF file.
+func loadTokenizer(path string) (*tokenizer.Tokenizer, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if st.IsDir() {
+		return tokenizer.LoadHF(path)
+	}
+	return tokenizer.LoadGGUF(path)
+}
+
+type tokenizeResult struct {
+	IDs    []int32  `json:"ids"`
+	Pieces []string `json:"pieces"`
+	Count  int      `json:"count"`
+}
+
+func runTokenize(w io.Writer, stdin io.Reader, tok *tokenizer.Tokenizer, o *tokenizeOptions) error {
+	sources := 0
+	for _, b := range []bool{o.prompt != "", o.file != "", o.stdin} {
+		if b {
+			sources++
+		}
+	}
+	if sources != 1 {
+		return fmt.Errorf("give exactly one of --prompt, --file or --stdin")
+	}
+	text := o.prompt
+	switch {
+	case o.file != "":
+		b, err := os.ReadFile(o.file)
+		if err != nil {
+			return err
+		}
+		text = string(b)
+	case o.stdin:
+		b, err := io.ReadAll(io.LimitReader(stdin, 1<<30))
+		if err != nil {
+			return err
+		}
+		text = string(b)
+	}
+	ids := tok.Encode(text, tokenizer.EncodeOptions{AddSpecial: !o.noSpecial, ParseSpecial: o.parseSpecial})
+	if o.count {
+		_, err := fmt.Fprintln(w, len(ids))
+		return err
+	}
+	if o.json {
+		res := tokenizeResult{IDs: ids, Count: len(ids), Pieces: make([]string, len(ids))}
+		for i, id := range ids {
+			res.Pieces[i] = tok.TokenPiece(id)
+		}
+		return writeJSON(w, res)
+	}
+	if o.showPieces {
+		for _, id := range ids {
+			fmt.Fprintf(w, "%6d -> '%s'\n", id, tok.TokenPiece(id))
+		}
+		return nil
+	}
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = fmt.Sprint(id)
+	}
+	_, err := fmt.Fprintf(w, "[%s]\n", strings.Join(parts, ", "))
+	return err
+}
