@@ -10,6 +10,8 @@
 //          tokens[0..i] (all tokens when topk is 0)
 //   {"op":"greedy","model":"x.gguf","tokens":[...],"n":64,"threads":1,"ctx":512} -> {"tokens":[...]}
 //   {"op":"info","model":"x.gguf"} -> {"vocab":n, "train_ctx":n}
+//   {"op":"bench","model":"x.gguf","prompt":N,"gen":M,"threads":T,"ctx":512} -> {"prompt_ms":x,"gen_ms":y}
+//          wall time of one N-token prompt batch and of M single-token greedy decode steps
 //   {"op":"batch","threads":1,"requests":[req,...]} -> {"results":[resp,...]}  several requests in
 //          one process (saves the ~2 s start-up per request); each result is the response of
 //          the request at the same index.
@@ -73,6 +75,20 @@ const handle = async (llama, req) => {
         input = [tok];
       }
       out = { tokens: gen };
+    } else if (req.op === "bench") {
+      const prompt = [];
+      for (let i = 0; i < req.prompt; i++) prompt.push((i * 7919 + 13) % 256);
+      const items = prompt.map((t, i) => (i === prompt.length - 1 ? [t, { generateNext: { token: true, options: { temperature: 0 } } }] : t));
+      let t0 = performance.now();
+      let res = await seq.controlledEvaluate(items);
+      const promptMs = performance.now() - t0;
+      let tok = res[prompt.length - 1].next.token;
+      t0 = performance.now();
+      for (let k = 0; k < req.gen; k++) {
+        res = await seq.controlledEvaluate([[tok, { generateNext: { token: true, options: { temperature: 0 } } }]]);
+        tok = res[0].next.token;
+      }
+      out = { prompt_ms: promptMs, gen_ms: performance.now() - t0 };
     } else {
       throw new Error("unknown op " + req.op);
     }

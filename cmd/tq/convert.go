@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/tq-project/tq/internal/convert"
+)
+
+type convertFlags struct {
+	out, outType, config, embType, imatrix, outputType, tokEmbType, name string
+	targetBPW                                                            float64
+	maxSize, splitMaxSize                                                string
+	splitMaxTensors, threads                                             int
+	turbo, force, pure, improved, dryRun, json, noManifest               bool
+	overrides                                                            []string
+}
+
+func init() {
+	f := &convertFlags{}
+	cmd := &cobra.Command{
+		Use:   "convert MODEL_DIR",
+		Short: "Convert a Hugging Face model folder to GGUF (presets, turboquant, size budgets)",
+		Long: `convert reads a Hugging Face folder (config.json, *.safetensors or a sharded index,
+tokenizer files) of a llama, Mistral, qwen2, qwen3 or qwen3moe model and writes a GGUF file
+that llama.cpp loads unchanged: the same tensor names, q/k permutation, expert stacking and
+metadata keys as llama.cpp's convert_hf_to_gguf.py. BF16, F16, F32 and FP8 (F8_E4M3 with
+weight_scale_inv block scales) checkpoints are decoded on the fly.
+
+Tensor types:
+  --outtype PRESET     f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k_s q3_k_m q3_k_l
+                       q4_k_s q4_k_m q5_k_s q5_k_m q6_k iq4_nl iq4_xs, with llama-quantize's
+                       mixture rules (auto = bf16 or f16 like the source)
+  --use-turboquant     the calibrated policy of quantize_config.json (tq calibrate): listed
+                       layers int4/int8 with importance-weighted search, o_proj/down_proj
+                       Q8_0, lm_head F16, norms F32
+  --target-bpw/--max-size  choose per-tensor types to meet a size budget with the least
+                       predicted error (calibration importance when available)
+
+Streaming: memory stays bounded whatever the model size; the output is written atomically
+(and split with --split-max-size, with a SHA256SUMS manifest). Ctrl-C leaves no partial file.`,
+		Example: `  tq convert ./Qwen3-0.6B -o qwen3-f16.gguf --outtype f16
+  tq convert ./Qwen3-0.6B -o qwen3-q4km.gguf --outtype q4_k_m --imatrix imatrix.gguf
+  tq convert ./Qwen3-0.6B --use-turboquant -o model.gguf
+  tq convert ./Qwen3-0.6B --use-turboquant --config calib/quantize_config.json --dry-run
+  tq convert ./Llama-3-8B -o llama.gguf --target-bpw 4.5 --split-max-size 5G`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runConvert(cmd, args[0], f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVarP(&f.out, "output", "o", "", "output GGUF path (default: <folder name>-<type>.gguf in the current directory)")
+	fl.StringVar(&f.outType, "outtype", "auto", "output preset (f32, f16, bf16, q8_0, q4_k_m, ...; auto = source precision)")
+	fl.BoolVar(&f.turbo, "use-turboquant", false, "apply the turboquant policy from quantize_config.json")
+	fl.StringVar(&f.config, "config", "", "quantize_config.json for --use-turboquant (default: MODEL_DIR/quantize_config.json)")
+	fl.BoolVar(&f.force, "force", false, "accept a turboquant config whose skip_layers lacks lm_head")
+	fl.StringVar(&f.embType, "embedding-type", "", "turboquant: type of token_embd.weight (default q8_0)")
+	fl.StringVar(&f.imatrix, "imatrix", "", "llama.cpp importance matrix (imatrix.gguf or .dat)")
+	fl.StringArrayVar(&f.overrides, "tensor-type", nil, "PATTERN=TYPE: force the type of tensors whose name matches the regexp (repeatable)")
+	fl.BoolVar(&f.pure, "pure", false, "presets: disable the mixture rules (one type for all quantized tensors)")
+	fl.StringVar(&f.outputType, "output-tensor-type", "", "presets: type of output.weight")
+	fl.StringVar(&f.tokEmbType, "token-embedding-type", "", "presets: type of token_embd.weight")
+	fl.BoolVar(&f.improved, "improved", false, "use tq's improved (lower-error) search for preset types instead of llama-quantize's exact algorithms")
+	fl.Float64Var(&f.targetBPW, "target-bpw", 0, "choose per-tensor types to reach this many bits per weight")
+	fl.StringVar(&f.maxSize, "max-size", "", "choose per-tensor types so that tensor data fits this size (e.g. 4G, 3500M)")
+	fl.StringVar(&f.splitMaxSize, "split-max-size", "", "split the output into shards of at most this size (e.g. 5G; G = 10^9 bytes)")
+	fl.IntVar(&f.splitMaxTensors, "split-max-tensors", 0, "split the output after this many tensors per shard")
+	fl.BoolVar(&f.noManifest, "no-manifest", false, "do not write SHA256SUMS")
+	fl.BoolVar(&f.dryRun, "dry-run", false, "print the per-tensor plan and totals without writing")
+	fl.BoolVar(&f.json, "json", false, "print the plan / summary as JSON")
+	fl.IntVar(&f.threads, "threads", 0, "encoding threads (0 = all CPUs)")
+	fl.StringVar(&f.name, "name", "", "general.name (default: the folder name)")
+	rootCmd.AddCommand(cmd)
+}
+
+func runConvert(cmd *cobra.Command, dir string, f *convertFlags) error {
+	opts := convert.Options{
+		OutType: f.outType, TurboQuant: f.turbo, ConfigPath: f.config, Force: f.force, EmbeddingType: f.embType,
+		IMatrixPath: f.imatrix, Overrides: f.overrides, Pure: f.pure, OutputTensorType: f.outputType,
+		TokenEmbeddingType: f.tokEmbType, Improved: f.improved, TargetBPW: f.targetBPW,
+		SplitMaxTensors: f.splitMaxTensors, NoManifest: f.noManifest, Threads: f.threads, Name: f.name,
+		Version: tqVersion(),
+	}
+	if f.turbo && cmd.Flags().Changed("outtype") {
+		return fmt.Errorf("--outtype and --use-turboquant are exclusive")
+	}
+	var err error
+	if opts.MaxSize, err = parseSize(f.maxSize); err != nil {
+		return fmt.Errorf("--max-size: %w", err)
+	}
+	if opts.SplitMaxSize, err = parseSize(f.splitMaxSize); err != nil {
+		return fmt.Errorf("--split-max-size: %w", err)
+	}
+	stderr := cmd.ErrOrStderr()
+	opts.Warn = func(msg string) { fmt.Fprintln(stderr, "warning:", msg) }
+	if f.dryRun {
+		plan, err := convert.PlanConvert(dir, opts)
+		if err != nil {
+			return err
+		}
+		return printPlan(cmd.OutOrStdout(), plan, f.json)
+	}
+	out := f.out
+	if out == "" {
+		t := f.outType
+		if f.turbo {
+			t = "turboquant"
+		}
+		abs, _ := filepath.Abs(dir)
+		out = filepath.Base(abs) + "-" + strings.ToLower(t) + ".gguf"
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	bar := newProgress(stderr, "converting")
+	opts.Progress = bar.update
+	res, err := convert.Convert(ctx, dir, out, opts)
+	bar.finish()
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("interrupted; no output was written: %w", err)
+		}
+		return err
+	}
+	return printResult(cmd.OutOrStdout(), res, f.json)
+}
+
+func printPlan(w io.Writer, p *convert.Plan, asJSON bool) error {
+	if asJSON {
+		return writeJSON(w, p)
+	}
+	return p.WriteTable(w)
+}
+
+func printResult(w io.Writer, res *convert.Result, asJSON bool) error {
+	if asJSON {
+		return writeJSON(w, res)
+	}
+	p := res.Plan
+	var total int64
+	for _, f := range res.Files {
+		fmt.Fprintf(w, "wrote %s (%s)\n", f.Path, fmtBytes(f.Size))
+		total += f.Size
+	}
+	if res.Manifest != "" {
+		fmt.Fprintf(w, "manifest %s\n", res.Manifest)
+	}
+	fmt.Fprintf(w, "%s, %s policy, file type %s: %d tensors, %.3f bpw, %s in %.1fs (%.0f MB/s written)\n",
+		p.Arch, p.Policy, p.FileType, len(p.Tensors), p.BPW, fmtBytes(total), res.Seconds,
+		float64(total)/1e6/max(res.Seconds, 1e-9))
+	return nil
+}
+
+func fmtBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// parseSize parses sizes like llama-gguf-split: 5G = 5·10^9, 500M = 5·10^8 bytes; also K, T,
+// the binary Ki/Mi/Gi/Ti suffixes and plain byte counts. "" is 0.
+func parseSize(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, nil
+	}
+	u := strings.ToUpper(strings.TrimSuffix(strings.TrimSuffix(s, "B"), "b"))
+	mult := int64(1)
+	for _, sfx := range []struct {
+		s string
+		m int64
+	}{{"KI", 1 << 10}, {"MI", 1 << 20}, {"GI", 1 << 30}, {"TI", 1 << 40}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}} {
+		if strings.HasSuffix(u, sfx.s) {
+			u, mult = strings.TrimSuffix(u, sfx.s), sfx.m
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(u), 64)
+	if err != nil || v <= 0 || v*float64(mult) > 1<<62 {
+		return 0, fmt.Errorf("bad size %q (want e.g. 5G, 500M, 4GiB)", s)
+	}
+	return int64(v * float64(mult)), nil
+}
+
+// progress draws a throttled progress bar on stderr when it is a terminal, nothing otherwise.
+type progress struct {
+	bar  *progressbar.ProgressBar
+	w    io.Writer
+	desc string
+	tty  bool
+}
+
+func newProgress(w io.Writer, desc string) *progress {
+	p := &progress{w: w, desc: desc}
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		p.tty = true
+	}
+	return p
+}
+
+func (p *progress) update(done, total int64) {
+	if !p.tty {
+		return
+	}
+	if p.bar == nil {
+		p.bar = progressbar.NewOptions64(total, progressbar.OptionSetWriter(p.w), progressbar.OptionShowBytes(true),
+			progressbar.OptionSetDescription(p.desc), progressbar.OptionThrottle(150*time.Millisecond),
+			progressbar.OptionClearOnFinish())
+	}
+	p.bar.Set64(done)
+}
+
+func (p *progress) finish() {
+	if p.bar != nil {
+		p.bar.Finish()
+	}
+}

@@ -1,0 +1,290 @@
+package convert
+
+import (
+	"container/heap"
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/internal/convert/policy"
+	"github.com/tq-project/tq/quant"
+)
+
+// Budget solver (--target-bpw / --max-size).
+//
+// Every tensor the policy left free (quantizable, not fixed by --tensor-type or turboquant
+// skip/tensor_types) gets a type from a ladder of llama.cpp types that fit its row length:
+//
+//	rows multiple of 256: q2_K q3_K iq4_xs q4_K q5_K q6_K q8_0 f16
+//	rows multiple of 32:  q4_0 q4_1 q5_0 q5_1 q8_0 f16
+//
+// The predicted damage of type T on tensor W is cost(W,T) = n(W) · Σ w·(x − x̂)² / Σ w·x²,
+// measured on the fly on up to budgetSampleRows rows spread over the tensor (x̂ = dequantized
+// T), where w is the calibration importance of the column (the imatrix: mean squared input
+// activation, so w·(x − x̂)² estimates the output error the column causes) or 1 without
+// calibration (then the proxy is the plain relative weight quantization error). The solver
+// starts every free tensor at its cheapest type and repeatedly applies the upgrade with the
+// largest cost decrease per extra byte (on each tensor's lower convex hull) while the total
+// stays within the budget, which minimises the summed predicted error for a given size (up to
+// the granularity of whole-tensor steps).
+const budgetSampleRows = 32
+
+var (
+	ladder256 = []gguf.GGMLType{gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeIQ4_XS, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K, gguf.TypeQ8_0, gguf.TypeF16}
+	ladder32  = []gguf.GGMLType{gguf.TypeQ4_0, gguf.TypeQ4_1, gguf.TypeQ5_0, gguf.TypeQ5_1, gguf.TypeQ8_0, gguf.TypeF16}
+)
+
+func ladderFor(cols int64) []gguf.GGMLType {
+	switch {
+	case cols%256 == 0:
+		return ladder256
+	case cols%32 == 0:
+		return ladder32
+	}
+	return []gguf.GGMLType{gguf.TypeF16}
+}
+
+type budgetOption struct {
+	typ   gguf.GGMLType
+	bytes int64
+	cost  float64
+}
+
+type budgetTensor struct {
+	idx  int
+	hull []budgetOption
+	at   int
+}
+
+// applyBudget replaces the free decisions by the budget solver's choice.
+func applyBudget(p *Plan, model policy.Model, ts []policy.Tensor, ds []policy.Decision, plans []*tensorPlan,
+	imp *importanceLookup, opts *Options) ([]policy.Decision, error) {
+	reads := make([]func(r0, n int64, dst []float32) error, len(plans))
+	rpm := make([]int64, len(plans))
+	for i, tp := range plans {
+		reads[i] = tp.read
+		rpm[i] = tp.rowsPerMatrix
+	}
+	return solveBudget(p, ts, ds, reads, rpm, imp, opts)
+}
+
+func solveBudget(p *Plan, ts []policy.Tensor, ds []policy.Decision, reads []func(r0, n int64, dst []float32) error,
+	rowsPerMatrix []int64, imp *importanceLookup, opts *Options) ([]policy.Decision, error) {
+	if opts.TargetBPW < 0 || opts.MaxSize < 0 {
+		return nil, fmt.Errorf("negative size budget")
+	}
+	var totalElems int64
+	for _, t := range ts {
+		totalElems += t.Elements()
+	}
+	budget := int64(math.MaxInt64)
+	if opts.TargetBPW > 0 {
+		budget = int64(opts.TargetBPW * float64(totalElems) / 8)
+	}
+	if opts.MaxSize > 0 {
+		budget = min(budget, opts.MaxSize)
+	}
+	out := append([]policy.Decision(nil), ds...)
+	var fixedBytes int64
+	var free []*budgetTensor
+	for i, t := range ts {
+		d := ds[i]
+		if !d.Quantize || d.Fixed || !policy.AllowsQuantization(t, opts.LeaveOutput) {
+			rb, err := d.Type.RowBytes(t.Cols())
+			if err != nil {
+				return nil, fmt.Errorf("tensor %s: %w", t.Name, err)
+			}
+			fixedBytes += rb * (t.Elements() / t.Cols())
+			continue
+		}
+		bt, err := measureTensor(i, t, reads[i], rowsPerMatrix[i], imp, opts)
+		if err != nil {
+			return nil, err
+		}
+		free = append(free, bt)
+	}
+	used := fixedBytes
+	for _, bt := range free {
+		used += bt.hull[0].bytes
+	}
+	if used > budget {
+		return nil, fmt.Errorf("size budget of %d bytes (%.3f bpw) is below the smallest possible output, %d bytes (%.3f bpw)",
+			budget, float64(budget)*8/float64(totalElems), used, float64(used)*8/float64(totalElems))
+	}
+	h := &upgradeHeap{}
+	for _, bt := range free {
+		if bt.at+1 < len(bt.hull) {
+			heap.Push(h, bt)
+		}
+	}
+	for h.Len() > 0 {
+		bt := heap.Pop(h).(*budgetTensor)
+		next := bt.hull[bt.at+1]
+		extra := next.bytes - bt.hull[bt.at].bytes
+		if used+extra > budget {
+			continue // this tensor's next step does not fit; smaller steps elsewhere may
+		}
+		used += extra
+		bt.at++
+		if bt.at+1 < len(bt.hull) {
+			heap.Push(h, bt)
+		}
+	}
+	for _, bt := range free {
+		o := bt.hull[bt.at]
+		d := &out[bt.idx]
+		d.Type = o.typ
+		d.GroupSize = 0
+		d.Fallback = false
+		d.Rule = fmt.Sprintf("budget: predicted rel. error %.2e", o.cost/float64(max(1, ts[bt.idx].Elements())))
+	}
+	if p.Policy == "" {
+		p.Policy = "budget"
+	} else {
+		p.Policy += "+budget"
+	}
+	return out, nil
+}
+
+// measureTensor builds the convex hull of (bytes, predicted cost) over the tensor's ladder.
+func measureTensor(idx int, t policy.Tensor, read func(r0, n int64, dst []float32) error, rowsPerMatrix int64,
+	imp *importanceLookup, opts *Options) (*budgetTensor, error) {
+	cols := t.Cols()
+	rows := t.Elements() / cols
+	lad := ladderFor(cols)
+	var impFn func(int64) ([]float32, error)
+	if imp.enabled() {
+		f, err := imp.forTensor(t.Name, cols)
+		if err == nil {
+			impFn = f
+		}
+	}
+	nsample := min(int64(budgetSampleRows), rows)
+	errSum := make([]float64, len(lad))
+	var energy float64
+	x := make([]float32, cols)
+	y := make([]float32, cols)
+	for s := int64(0); s < nsample; s++ {
+		r := s * rows / nsample
+		if err := read(r, 1, x); err != nil {
+			return nil, err
+		}
+		var w []float32
+		if impFn != nil && rowsPerMatrix > 0 {
+			var err error
+			if w, err = impFn(r / rowsPerMatrix); err != nil {
+				return nil, err
+			}
+		}
+		for c, v := range x {
+			energy += weightAt(w, c) * float64(v) * float64(v)
+		}
+		for k, typ := range lad {
+			if err := roundTrip(typ, x, y, w, opts.Improved, t.Name); err != nil {
+				return nil, err
+			}
+			var e float64
+			for c := range x {
+				d := float64(x[c]) - float64(y[c])
+				e += weightAt(w, c) * d * d
+			}
+			errSum[k] += e
+		}
+	}
+	if energy == 0 {
+		energy = 1
+	}
+	opts2 := make([]budgetOption, len(lad))
+	for k, typ := range lad {
+		rb, err := typ.RowBytes(cols)
+		if err != nil {
+			return nil, fmt.Errorf("tensor %s: %w", t.Name, err)
+		}
+		opts2[k] = budgetOption{typ: typ, bytes: rb * rows, cost: errSum[k] / energy * float64(t.Elements())}
+	}
+	return &budgetTensor{idx: idx, hull: lowerHull(opts2)}, nil
+}
+
+func weightAt(w []float32, c int) float64 {
+	if w == nil {
+		return 1
+	}
+	return float64(w[c])
+}
+
+func roundTrip(typ gguf.GGMLType, x, y, w []float32, improved bool, name string) error {
+	switch typ {
+	case gguf.TypeF16:
+		for i, v := range x {
+			y[i] = quant.FP16ToFP32(quant.FP32ToFP16(v))
+		}
+		return nil
+	case gguf.TypeF32:
+		copy(y, x)
+		return nil
+	}
+	rb, err := quant.RowSize(typ, len(x))
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, rb)
+	o := &quant.Options{Importance: w, Threads: 1, TensorName: name}
+	if improved {
+		o.Mode = quant.ModeImproved
+	}
+	if err := quant.Quantize(typ, buf, x, 1, len(x), o); err != nil {
+		return err
+	}
+	return quant.Dequantize(typ, y, buf)
+}
+
+// lowerHull keeps the options on the lower convex hull of cost over bytes, cheapest first,
+// with strictly decreasing cost.
+func lowerHull(in []budgetOption) []budgetOption {
+	o := append([]budgetOption(nil), in...)
+	sort.SliceStable(o, func(i, j int) bool {
+		if o[i].bytes != o[j].bytes {
+			return o[i].bytes < o[j].bytes
+		}
+		return o[i].cost < o[j].cost
+	})
+	var h []budgetOption
+	for _, p := range o {
+		if len(h) > 0 && p.bytes == h[len(h)-1].bytes {
+			continue
+		}
+		if len(h) > 0 && p.cost >= h[len(h)-1].cost {
+			continue // more bytes, no better
+		}
+		for len(h) >= 2 {
+			a, b := h[len(h)-2], h[len(h)-1]
+			// b is above the segment a-p: drop it
+			if (b.cost-a.cost)*float64(p.bytes-a.bytes) >= (p.cost-a.cost)*float64(b.bytes-a.bytes) {
+				h = h[:len(h)-1]
+				continue
+			}
+			break
+		}
+		h = append(h, p)
+	}
+	return h
+}
+
+type upgradeHeap []*budgetTensor
+
+func (h upgradeHeap) ratio(i int) float64 {
+	b := h[i]
+	cur, next := b.hull[b.at], b.hull[b.at+1]
+	return (cur.cost - next.cost) / float64(next.bytes-cur.bytes)
+}
+func (h upgradeHeap) Len() int           { return len(h) }
+func (h upgradeHeap) Less(i, j int) bool { return h.ratio(i) > h.ratio(j) }
+func (h upgradeHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *upgradeHeap) Push(x any)        { *h = append(*h, x.(*budgetTensor)) }
+func (h *upgradeHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}

@@ -1,0 +1,109 @@
+package convert
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/internal/fixtures"
+)
+
+func TestLowerHull(t *testing.T) {
+	in := []budgetOption{{bytes: 10, cost: 100}, {bytes: 20, cost: 90}, {bytes: 30, cost: 40}, {bytes: 40, cost: 45}, {bytes: 50, cost: 10}}
+	h := lowerHull(in)
+	// (20,90) lies above the segment (10,100)-(30,40); (40,45) costs more than (30,40)
+	want := []int64{10, 30, 50}
+	if len(h) != len(want) {
+		t.Fatalf("hull %+v", h)
+	}
+	for i := range want {
+		if h[i].bytes != want[i] {
+			t.Fatalf("hull %+v", h)
+		}
+	}
+}
+
+// The budget solver meets the size target, spends it (close to the target) and more bits give
+// less measured error; impossible budgets are refused with the smallest possible size.
+func TestTargetBPW(t *testing.T) {
+	o := fixtures.Preset("qwen3")
+	dir := genModel(t, o)
+	ref := referenceTensors(t, dir, o)
+	relErr := func(out string) float64 {
+		m, err := gguf.Open(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		var se, sx float64
+		for name, r := range ref {
+			got, _ := ggufFloats(t, m, name)
+			for i, x := range r.vals {
+				d := float64(got[i] - x)
+				se += d * d
+				sx += float64(x) * float64(x)
+			}
+		}
+		return se / sx
+	}
+	// at the size of the Q4_K_M mixture, the solver's choice has no more error than Q4_K_M
+	q4 := filepath.Join(t.TempDir(), "q4.gguf")
+	q4res, err := Convert(context.Background(), dir, q4, Options{OutType: "q4_k_m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bud := filepath.Join(t.TempDir(), "bud.gguf")
+	budRes, err := Convert(context.Background(), dir, bud, Options{MaxSize: q4res.Plan.Bytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq4, eb := relErr(q4), relErr(bud)
+	t.Logf("same size %d/%d bytes: q4_k_m error %.3e, budget error %.3e", q4res.Plan.Bytes, budRes.Plan.Bytes, eq4, eb)
+	if budRes.Plan.Bytes > q4res.Plan.Bytes || eb > eq4*1.02 {
+		t.Errorf("budget at the Q4_K_M size: %d bytes, error %.3e vs %.3e", budRes.Plan.Bytes, eb, eq4)
+	}
+
+	prevErr := 1e9
+	targets := []float64{3.5, 7.0}
+	if fullTests() {
+		targets = []float64{3.5, 4.5, 5.0, 6.0, 7.0}
+	}
+	for _, bpw := range targets {
+		out := filepath.Join(t.TempDir(), "m.gguf")
+		res, err := Convert(context.Background(), dir, out, Options{TargetBPW: bpw})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := res.Plan
+		if p.BPW > bpw || p.BPW < bpw-0.6 {
+			t.Errorf("target %.1f: got %.3f bpw", bpw, p.BPW)
+		}
+		if !strings.Contains(p.Policy, "budget") {
+			t.Errorf("policy %q", p.Policy)
+		}
+		e := relErr(out)
+		t.Logf("target %.1f bpw: %.3f bpw, relative squared error %.3e, types %v", bpw, p.BPW, e, p.TypeCount)
+		if e >= prevErr {
+			t.Errorf("target %.1f: error %.3e not below the smaller budget's %.3e", bpw, e, prevErr)
+		}
+		prevErr = e
+	}
+	if _, err := PlanConvert(dir, Options{TargetBPW: 1.0}); err == nil || !strings.Contains(err.Error(), "smallest possible") {
+		t.Errorf("infeasible budget: %v", err)
+	}
+	// max-size with turboquant: lm_head stays F16 (fixed), the rest fits the size
+	p, err := PlanConvert(dir, Options{TurboQuant: true, MaxSize: 1_500_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Bytes > 1_500_000 {
+		t.Errorf("max-size: %d bytes", p.Bytes)
+	}
+	for _, pt := range p.Tensors {
+		if pt.Name == "output.weight" && pt.Type != "f16" {
+			t.Errorf("budget changed the skipped lm_head to %s", pt.Type)
+		}
+	}
+}

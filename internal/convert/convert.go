@@ -1,0 +1,518 @@
+// Package convert turns a Hugging Face model folder (config.json, *.safetensors, tokenizer) into
+// a GGUF file that llama.cpp loads unchanged, and requantizes GGUF files.
+//
+// Architecture knowledge lives in one file per architecture (arch_*.go: tensor names, q/k
+// permutation, expert stacking, metadata keys, exactly as llama.cpp's convert_hf_to_gguf.py
+// writes them). The type of every tensor comes from internal/convert/policy (llama.cpp presets,
+// turboquant, size budgets). The pipeline streams: tensors are read row-chunk by row-chunk with
+// pread (BF16/F16/F32/FP8 with block scales decoded on the fly), encoded by a pool of goroutines
+// and written in order through gguf.Writer (atomic, optionally split, SHA256SUMS), so memory
+// stays bounded whatever the model size. OpenHFAsGGUF exposes an HF folder as GGUF-named float32
+// tensors for the runner.
+package convert
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/internal/convert/policy"
+	"github.com/tq-project/tq/internal/safetensors"
+	"github.com/tq-project/tq/quant"
+)
+
+// Options configures Convert (and, where it applies, Requantize).
+type Options struct {
+	// OutType is the preset: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k_s q3_k_m q3_k_l
+	// q4_k_s q4_k_m q5_k_s q5_k_m q6_k iq4_nl iq4_xs, or "auto"/"" (BF16 when the checkpoint's
+	// weights are BF16, else F16, as convert_hf_to_gguf.py --outtype auto).
+	OutType string
+	// TurboQuant selects the turboquant policy (see policy.TurboPolicy).
+	TurboQuant bool
+	// ConfigPath is quantize_config.json; "" looks for quantize_config.json in the model
+	// folder and, when absent, uses policy.DefaultTurboConfig with a warning.
+	ConfigPath string
+	// Force accepts a turboquant config whose skip_layers lacks lm_head.
+	Force bool
+	// EmbeddingType overrides the turboquant embedding type (default q8_0).
+	EmbeddingType string
+	// IMatrixPath is a llama.cpp imatrix (GGUF or .dat) used as importance weights.
+	IMatrixPath string
+	// IMatrixInclude / IMatrixExclude filter the imatrix entries by name substring
+	// (llama-quantize --include-weights / --exclude-weights).
+	IMatrixInclude, IMatrixExclude []string
+	// Importance supplies importance weights directly (the calibration stage); it wins over
+	// IMatrixPath for the tensors it knows.
+	Importance ImportanceSource
+	// Overrides are --tensor-type PATTERN=TYPE items (presets only).
+	Overrides []string
+	// Pure disables the preset mixture rules.
+	Pure bool
+	// OutputTensorType / TokenEmbeddingType force those tensors' types (presets only).
+	OutputTensorType   string
+	TokenEmbeddingType string
+	// LeaveOutput keeps output.weight unquantized (requantize).
+	LeaveOutput bool
+	// Improved uses quant.ModeImproved for preset types too (turboquant always uses it for the
+	// int4/int8 layers); the default reproduces llama-quantize's bytes.
+	Improved bool
+	// TargetBPW / MaxSize choose per-tensor types under a budget (bits per weight over all
+	// tensors / total tensor bytes); see budget.go.
+	TargetBPW float64
+	MaxSize   int64
+	// SplitMaxSize splits the output into shards of at most this many tensor bytes;
+	// SplitMaxTensors after that many tensors.
+	SplitMaxSize    int64
+	SplitMaxTensors int
+	// NoManifest disables SHA256SUMS.
+	NoManifest bool
+	// Threads bounds the encoding goroutines (0: all CPUs).
+	Threads int
+	// Name is general.name (default: the model folder's name).
+	Name string
+	// Version is the tq version recorded in the provenance keys.
+	Version string
+	// Progress receives bytes written so far and the total.
+	Progress func(done, total int64)
+	// Warn receives warnings as they arise (they are also listed in Plan.Warnings).
+	Warn func(msg string)
+}
+
+// Result describes a finished conversion.
+type Result struct {
+	Plan     *Plan              `json:"plan"`
+	Files    []gguf.WrittenFile `json:"files"`
+	Manifest string             `json:"manifest,omitempty"`
+	Seconds  float64            `json:"seconds"`
+}
+
+func (o *Options) warn(p *Plan, format string, a ...any) {
+	msg := fmt.Sprintf(format, a...)
+	p.Warnings = append(p.Warnings, msg)
+	if o.Warn != nil {
+		o.Warn(msg)
+	}
+}
+
+// hfModel is an opened HF folder with its tensor plans.
+type hfModel struct {
+	dir   string
+	h     *hparams
+	ctx   *archCtx
+	st    *safetensors.Model
+	plans []*tensorPlan
+	// srcDType is the dominant checkpoint dtype of 2-D weights (for --outtype auto).
+	srcDType safetensors.DType
+}
+
+func openHF(dir string) (*hfModel, error) {
+	h, err := loadHParams(dir)
+	if err != nil {
+		return nil, err
+	}
+	a, _, err := findArch(h)
+	if err != nil {
+		return nil, err
+	}
+	c, err := newArchCtx(h, a)
+	if err != nil {
+		return nil, err
+	}
+	st, err := safetensors.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("model folder %s: %w", dir, err)
+	}
+	plans, err := buildPlans(c, st)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	m := &hfModel{dir: dir, h: h, ctx: c, st: st, plans: plans, srcDType: safetensors.F16}
+	// first >=2-D BF16/F16 tensor decides --outtype auto (F32 tensors are skipped)
+	for _, ti := range st.Tensors() {
+		if len(ti.Shape) >= 2 && (ti.DType == safetensors.BF16 || ti.DType == safetensors.F16) {
+			m.srcDType = ti.DType
+			break
+		}
+	}
+	return m, nil
+}
+
+func (m *hfModel) Close() error { return m.st.Close() }
+
+// Convert converts the HF model folder dir into the GGUF file out (or shards next to it).
+// On any error, or when ctx is cancelled, nothing named like the output is left behind.
+func Convert(ctx context.Context, dir, out string, opts Options) (*Result, error) {
+	start := time.Now()
+	m, err := openHF(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	plan, err := planHF(m, &opts)
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{Plan: plan}
+	files, manifest, err := writePlan(ctx, plan, out, &opts)
+	if err != nil {
+		return nil, err
+	}
+	res.Files, res.Manifest = files, manifest
+	res.Seconds = time.Since(start).Seconds()
+	return res, nil
+}
+
+// PlanConvert computes what Convert would write without writing anything (--dry-run).
+func PlanConvert(dir string, opts Options) (*Plan, error) {
+	m, err := openHF(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	return planHF(m, &opts)
+}
+
+// importanceLookup resolves the importance of a tensor's matrices from the configured sources.
+type importanceLookup struct {
+	src ImportanceSource
+	im  *IMatrix
+}
+
+func (l *importanceLookup) enabled() bool { return l != nil && (l.src != nil || l.im != nil) }
+
+// forTensor returns an importance function for the tensor, or nil when no source knows it.
+func (l *importanceLookup) forTensor(name string, cols int64) (func(int64) ([]float32, error), error) {
+	if !l.enabled() {
+		return nil, nil
+	}
+	if l.src != nil {
+		if v, ok := l.src.Importance(name, 0); ok {
+			if int64(len(v)) != cols {
+				return nil, fmt.Errorf("importance for %s has %d values, tensor rows have %d", name, len(v), cols)
+			}
+			src := l.src
+			return func(m int64) ([]float32, error) {
+				v, ok := src.Importance(name, int(m))
+				if !ok || int64(len(v)) != cols {
+					return nil, fmt.Errorf("importance for %s matrix %d missing or of wrong length", name, m)
+				}
+				return v, nil
+			}, nil
+		}
+	}
+	if l.im != nil {
+		if _, ok, err := l.im.ImportanceFor(name, 0, int(cols)); err != nil {
+			return nil, err
+		} else if ok {
+			im := l.im
+			return func(m int64) ([]float32, error) {
+				v, _, err := im.ImportanceFor(name, int(m), int(cols))
+				return v, err
+			}, nil
+		}
+	}
+	return nil, nil
+}
+
+func (o *Options) loadImportance(p *Plan, configImatrix string) (*importanceLookup, error) {
+	l := &importanceLookup{src: o.Importance}
+	path := o.IMatrixPath
+	if path == "" {
+		path = configImatrix
+	}
+	if path != "" {
+		im, err := LoadIMatrix(path)
+		if err != nil {
+			return nil, err
+		}
+		im.Filter(o.IMatrixInclude, o.IMatrixExclude)
+		l.im = im
+		p.metadata = append(p.metadata, imatrixProvenance(im)...)
+	}
+	return l, nil
+}
+
+func policyTensors(plans []*tensorPlan) []policy.Tensor {
+	ts := make([]policy.Tensor, len(plans))
+	for i, p := range plans {
+		ts[i] = policy.Tensor{Name: p.name, Shape: p.shape, Sources: trimWeight(p.sources)}
+		ts[i].Type = policy.ConverterFloatType(ts[i], gguf.TypeF16)
+	}
+	return ts
+}
+
+func trimWeight(s []string) []string {
+	out := make([]string, len(s))
+	for i, x := range s {
+		out[i] = strings.TrimSuffix(x, ".weight")
+	}
+	return out
+}
+
+func planHF(m *hfModel, opts *Options) (*Plan, error) {
+	c := m.ctx
+	p := &Plan{Input: m.dir, Arch: c.arch.name}
+	md, err := hfMetadata(m, opts)
+	if err != nil {
+		return nil, err
+	}
+	p.metadata = md
+	for _, tp := range m.plans {
+		if strings.Contains(tp.name, "_shexp") {
+			opts.warn(p, "the checkpoint has shared-expert tensors (%s, ...): llama.cpp's %s architecture has no shared experts and will refuse this file", tp.name, c.arch.name)
+			break
+		}
+	}
+	ts := policyTensors(m.plans)
+	model := policy.Model{Arch: c.arch.name, NLayer: int(c.nLayer), NHead: int(c.nHead), NHeadKV: int(c.nHeadKV), NExpert: int(c.nExpert)}
+
+	decisions, ftype, cfgImatrix, err := decide(p, model, ts, opts, m.srcDType, m.dir)
+	if err != nil {
+		return nil, err
+	}
+	imp, err := opts.loadImportance(p, cfgImatrix)
+	if err != nil {
+		return nil, err
+	}
+	if opts.TargetBPW > 0 || opts.MaxSize > 0 {
+		decisions, err = applyBudget(p, model, ts, decisions, m.plans, imp, opts)
+		if err != nil {
+			return nil, err
+		}
+	}
+	p.FileType = ftype.String()
+	p.metadata.Set("general.file_type", gguf.Uint32(uint32(ftype)))
+	p.metadata.Set("general.quantization_version", gguf.Uint32(2))
+
+	for i, tp := range m.plans {
+		d := decisions[i]
+		j := &job{name: tp.name, shape: tp.shape, rows: tp.rows, cols: tp.cols, rowsPerMatrix: tp.rowsPerMatrix,
+			typ: d.Type, group: d.GroupSize, read: tp.read}
+		if opts.Improved || d.Weighted {
+			j.mode = quant.ModeImproved
+		}
+		if err := attachImportance(p, j, d, imp, opts); err != nil {
+			return nil, err
+		}
+		nb, err := j.nbytes()
+		if err != nil {
+			return nil, err
+		}
+		src := "F32"
+		if len(tp.parts) > 0 {
+			src = tp.parts[0].src.info.DType.String()
+		}
+		p.Tensors = append(p.Tensors, PlanTensor{Name: tp.name, Type: d.Type.String(), Shape: tp.shape, Bytes: nb,
+			Rule: d.Rule, SourceType: src, Sources: tp.sources, Importance: j.importance != nil, GroupSize: d.GroupSize})
+		if d.Fallback {
+			p.Fallbacks++
+		}
+		p.jobs = append(p.jobs, j)
+	}
+	p.finish()
+	return p, nil
+}
+
+func attachImportance(p *Plan, j *job, d policy.Decision, imp *importanceLookup, opts *Options) error {
+	tr, _ := d.Type.Traits()
+	if !tr.Quantized || !imp.enabled() || !d.Quantize {
+		return nil
+	}
+	f, err := imp.forTensor(j.name, j.cols)
+	if err != nil {
+		if policy.CategoryOf(j.name) == policy.CatTokenEmbd {
+			opts.warn(p, "%v; quantizing %s without importance", err, j.name)
+			return nil
+		}
+		return err
+	}
+	j.importance = f
+	return nil
+}
+
+// decide runs the selected policy. It returns the decisions (in ts order), the file type and
+// the config's imatrix path (turboquant).
+func decide(p *Plan, model policy.Model, ts []policy.Tensor, opts *Options, srcDType safetensors.DType, dir string) ([]policy.Decision, policy.FileType, string, error) {
+	if opts.TurboQuant {
+		p.Policy = "turboquant"
+		cfgPath := opts.ConfigPath
+		if cfgPath == "" && dir != "" {
+			if _, err := os.Stat(filepath.Join(dir, "quantize_config.json")); err == nil {
+				cfgPath = filepath.Join(dir, "quantize_config.json")
+			}
+		}
+		var cfg *policy.TurboConfig
+		if cfgPath == "" {
+			cfg = policy.DefaultTurboConfig()
+			opts.warn(p, "no quantize_config.json (run `tq calibrate` first): using the default turboquant policy without importance weights")
+		} else {
+			var err error
+			cfg, err = policy.LoadTurboConfig(cfgPath)
+			if err != nil {
+				return nil, 0, "", err
+			}
+			for _, k := range cfg.Unknown {
+				opts.warn(p, "%s: unknown key %q ignored", cfgPath, k)
+			}
+		}
+		tp := &policy.TurboPolicy{Config: cfg, Force: opts.Force}
+		if opts.EmbeddingType != "" {
+			t, err := gguf.ParseType(opts.EmbeddingType)
+			if err != nil {
+				return nil, 0, "", fmt.Errorf("--embedding-type: %w", err)
+			}
+			tp.EmbeddingType = &t
+		}
+		ds, err := tp.Assign(ts)
+		if err != nil {
+			return nil, 0, "", err
+		}
+		if opts.Force {
+			if err := cfg.CheckSkipsLMHead(false); err != nil {
+				opts.warn(p, "--force: quantizing lm_head although turboquant keeps it in F16")
+			}
+		}
+		addTurboProvenance(&p.metadata, cfg, cfgPath, opts.Version)
+		imPath := ""
+		if cfg.Imatrix != "" {
+			imPath = cfg.Imatrix
+			if !filepath.IsAbs(imPath) && cfgPath != "" {
+				imPath = filepath.Join(filepath.Dir(cfgPath), imPath)
+			}
+		}
+		return ds, dominantFileType(ts, ds), imPath, nil
+	}
+	p.Policy = "preset"
+	name := opts.OutType
+	if name == "" || strings.EqualFold(name, "auto") {
+		name = "f16"
+		if srcDType == safetensors.BF16 {
+			name = "bf16"
+		}
+	}
+	ft, err := policy.ParseFileType(name)
+	if err != nil {
+		return nil, 0, "", err
+	}
+	if ft.IsFloat() {
+		ds := make([]policy.Decision, len(ts))
+		for i, t := range ts {
+			ds[i] = policy.Decision{Name: t.Name, Type: policy.ConverterFloatType(t, ft.DefaultType()), Quantize: true, Rule: "outtype " + strings.ToLower(ft.String())}
+		}
+		return ds, ft, "", nil
+	}
+	mix, err := opts.mixture(ft)
+	if err != nil {
+		return nil, 0, "", err
+	}
+	mix.HasImatrix = opts.IMatrixPath != "" || opts.Importance != nil
+	ds, err := mix.Assign(model, ts)
+	if err != nil {
+		return nil, 0, "", err
+	}
+	return ds, ft, "", nil
+}
+
+func (o *Options) mixture(ft policy.FileType) (*policy.Mixture, error) {
+	mix := policy.NewMixture(ft)
+	mix.Pure = o.Pure
+	mix.LeaveOutput = o.LeaveOutput
+	for _, s := range o.Overrides {
+		ov, err := policy.ParseOverride(s)
+		if err != nil {
+			return nil, err
+		}
+		mix.Overrides = append(mix.Overrides, ov)
+	}
+	if o.OutputTensorType != "" {
+		t, err := gguf.ParseType(o.OutputTensorType)
+		if err != nil {
+			return nil, fmt.Errorf("--output-tensor-type: %w", err)
+		}
+		mix.OutputType = t
+	}
+	if o.TokenEmbeddingType != "" {
+		t, err := gguf.ParseType(o.TokenEmbeddingType)
+		if err != nil {
+			return nil, fmt.Errorf("--token-embedding-type: %w", err)
+		}
+		mix.TokenEmbeddingType = t
+	}
+	return mix, nil
+}
+
+// dominantFileType is the llama_ftype of the type holding most weights among quantized tensors.
+func dominantFileType(ts []policy.Tensor, ds []policy.Decision) policy.FileType {
+	count := map[gguf.GGMLType]int64{}
+	for i, d := range ds {
+		if policy.AllowsQuantization(ts[i], false) {
+			count[d.Type] += ts[i].Elements()
+		}
+	}
+	best, bestN := gguf.TypeF16, int64(-1)
+	keys := make([]gguf.GGMLType, 0, len(count))
+	for k := range count {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+	for _, k := range keys {
+		if count[k] > bestN {
+			best, bestN = k, count[k]
+		}
+	}
+	return policy.FileTypeFor(best)
+}
+
+// writePlan writes the plan's tensors to out.
+func writePlan(ctx context.Context, p *Plan, out string, opts *Options) (files []gguf.WrittenFile, manifest string, err error) {
+	if p.jobs == nil && len(p.Tensors) > 0 {
+		return nil, "", errors.New("plan has no tensor sources")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, "", err
+	}
+	w, err := gguf.Create(out, gguf.WriterOptions{MaxShardBytes: uint64(max(0, opts.SplitMaxSize)),
+		MaxShardTensors: opts.SplitMaxTensors, NoManifest: opts.NoManifest, BufferSize: 4 << 20})
+	if err != nil {
+		return nil, "", fmt.Errorf("output %s: %w", out, err)
+	}
+	defer func() {
+		if err != nil {
+			w.Abort()
+		}
+	}()
+	w.Metadata = p.metadata.Clone()
+	for _, j := range p.jobs {
+		dims := make([]uint64, len(j.shape))
+		for i, d := range j.shape {
+			dims[i] = uint64(d)
+		}
+		if err := w.AddTensor(j.name, dims, j.typ); err != nil {
+			return nil, "", fmt.Errorf("output %s: %w", out, err)
+		}
+	}
+	var progress func(int64)
+	if opts.Progress != nil {
+		total := p.Bytes
+		progress = func(done int64) { opts.Progress(done, total) }
+	}
+	threads := opts.Threads
+	if threads <= 0 {
+		threads = runtime.GOMAXPROCS(0)
+	}
+	if err := runEngine(ctx, w, p.jobs, engineOptions{threads: threads, progress: progress}); err != nil {
+		return nil, "", err
+	}
+	if err := w.Close(); err != nil {
+		return nil, "", fmt.Errorf("output %s: %w", out, err)
+	}
+	return w.Files(), w.ManifestPath(), nil
+}

@@ -1,0 +1,500 @@
+package policy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/tq-project/tq/gguf"
+)
+
+// TurboQuantMethod is the quant_method value of a turboquant quantize_config.json.
+const TurboQuantMethod = "turboquant"
+
+// DefaultLayersToQuantize is the layers_to_quantize used when a config does not give one: the
+// attention input projections and the gated-FFN input projections (MoE experts and shared
+// experts included, since their role is gate_proj/up_proj too).
+var DefaultLayersToQuantize = []string{"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"}
+
+// TurboConfig is quantize_config.json as written by `tq calibrate` (documented in
+// docs/formats-convert.md).
+type TurboConfig struct {
+	QuantMethod       string `json:"quant_method"`
+	WeightDType       string `json:"weight_dtype"`   // "int4" or "int8"
+	KVCacheDType      string `json:"kv_cache_dtype"` // recorded in the GGUF; applied at run time
+	GroupSize         int    `json:"group_size"`     // 32, 64 or 128
+	Symmetric         *bool  `json:"symmetric"`
+	CalibrationMethod string `json:"calibration_method"`
+	NumPrompts        int    `json:"num_prompts"`
+	CalibrationHash   string `json:"calibration_hash"`
+	// LayersToQuantize and SkipLayers hold module roles (q_proj, k_proj, v_proj, o_proj,
+	// gate_proj, up_proj, down_proj, lm_head, embed_tokens), Hugging Face module names or
+	// dot-separated parts of them ("model.layers.0", "experts", "self_attn"), or GGUF names.
+	LayersToQuantize []string `json:"layers_to_quantize"`
+	SkipLayers       []string `json:"skip_layers"`
+	// EmbeddingDType is the ggml type of token_embd.weight (default q8_0).
+	EmbeddingDType string `json:"embedding_dtype,omitempty"`
+	// TensorTypes are per-tensor choices: GGUF tensor name (or a pattern as in layer lists)
+	// -> ggml type name. They win over every other rule.
+	TensorTypes map[string]string `json:"tensor_types,omitempty"`
+	// Imatrix optionally names the calibration statistics (a llama.cpp imatrix GGUF or .dat),
+	// relative to the config file's directory.
+	Imatrix   string `json:"imatrix,omitempty"`
+	TQVersion string `json:"tq_version,omitempty"`
+	// Tensors are the calibration's per-tensor search results (GGUF name -> record); for
+	// tensors the policy quantizes with the int4/int8 container, the recorded type and group
+	// size are used.
+	Tensors map[string]TensorRecord `json:"tensors,omitempty"`
+
+	// Unknown lists top-level keys this version does not understand (reported as warnings).
+	Unknown []string `json:"-"`
+}
+
+// TensorRecord is the part of a calibration search result (quantize_config.json "tensors")
+// the policy reads; other fields are ignored.
+type TensorRecord struct {
+	Type      string `json:"type"`
+	GroupSize int    `json:"group_size"`
+}
+
+// DefaultTurboConfig is the policy used by --use-turboquant without a config file.
+func DefaultTurboConfig() *TurboConfig {
+	sym := true
+	return &TurboConfig{
+		QuantMethod: TurboQuantMethod, WeightDType: "int4", KVCacheDType: "f16", GroupSize: 32,
+		Symmetric: &sym, CalibrationMethod: "none",
+		LayersToQuantize: append([]string(nil), DefaultLayersToQuantize...),
+		SkipLayers:       []string{"lm_head"},
+	}
+}
+
+const maxConfigBytes = 16 << 20
+
+// LoadTurboConfig reads and validates a quantize_config.json.
+func LoadTurboConfig(path string) (*TurboConfig, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("quantize config: %w", err)
+	}
+	if fi.Size() > maxConfigBytes {
+		return nil, fmt.Errorf("quantize config %s: %d bytes is too large for a config file", path, fi.Size())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("quantize config: %w", err)
+	}
+	c, err := ParseTurboConfig(b)
+	if err != nil {
+		return nil, fmt.Errorf("quantize config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+var knownConfigKeys = map[string]bool{
+	"quant_method": true, "weight_dtype": true, "kv_cache_dtype": true, "group_size": true,
+	"symmetric": true, "calibration_method": true, "num_prompts": true, "calibration_hash": true,
+	"layers_to_quantize": true, "skip_layers": true, "embedding_dtype": true, "tensor_types": true,
+	"imatrix": true, "tq_version": true, "tensors": true, "calibration": true,
+}
+
+// ParseTurboConfig parses and validates quantize_config.json contents. Missing optional fields
+// take the defaults of DefaultTurboConfig.
+func ParseTurboConfig(b []byte) (*TurboConfig, error) {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("not a JSON object: %w", err)
+	}
+	c := &TurboConfig{}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(c); err != nil {
+		return nil, fmt.Errorf("bad field: %w", err)
+	}
+	for k := range raw {
+		if !knownConfigKeys[k] {
+			c.Unknown = append(c.Unknown, k)
+		}
+	}
+	sort.Strings(c.Unknown)
+	if _, ok := raw["layers_to_quantize"]; !ok {
+		c.LayersToQuantize = append([]string(nil), DefaultLayersToQuantize...)
+	}
+	if _, ok := raw["skip_layers"]; !ok {
+		c.SkipLayers = []string{"lm_head"}
+	}
+	if c.WeightDType == "" {
+		c.WeightDType = "int4"
+	}
+	if c.GroupSize == 0 {
+		c.GroupSize = 32
+	}
+	if c.Symmetric == nil {
+		sym := true
+		c.Symmetric = &sym
+	}
+	if c.KVCacheDType == "" {
+		c.KVCacheDType = "f16"
+	}
+	return c, c.Validate()
+}
+
+var kvCacheTypes = map[string]bool{"f32": true, "f16": true, "bf16": true, "q8_0": true, "q4_0": true,
+	"q4_1": true, "q5_0": true, "q5_1": true, "iq4_nl": true}
+
+// Validate checks field values (not the lm_head rule, which CheckSkipsLMHead reports).
+func (c *TurboConfig) Validate() error {
+	var errs []error
+	if c.QuantMethod != TurboQuantMethod {
+		errs = append(errs, fmt.Errorf("quant_method is %q, want %q", c.QuantMethod, TurboQuantMethod))
+	}
+	switch c.WeightDType {
+	case "int4", "int8":
+	default:
+		errs = append(errs, fmt.Errorf("weight_dtype %q: want int4 or int8", c.WeightDType))
+	}
+	switch c.GroupSize {
+	case 32, 64, 128:
+	default:
+		errs = append(errs, fmt.Errorf("group_size %d: want 32, 64 or 128", c.GroupSize))
+	}
+	if !kvCacheTypes[strings.ToLower(c.KVCacheDType)] {
+		errs = append(errs, fmt.Errorf("kv_cache_dtype %q: want one of f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl", c.KVCacheDType))
+	}
+	if c.NumPrompts < 0 {
+		errs = append(errs, fmt.Errorf("num_prompts %d is negative", c.NumPrompts))
+	}
+	if c.EmbeddingDType != "" {
+		if t, err := gguf.ParseType(c.EmbeddingDType); err != nil || !writable[t] {
+			errs = append(errs, fmt.Errorf("embedding_dtype %q is not a type tq can write", c.EmbeddingDType))
+		}
+	}
+	for k, r := range c.Tensors {
+		if t, err := gguf.ParseType(r.Type); err != nil || !writable[t] {
+			errs = append(errs, fmt.Errorf("tensors[%q].type = %q is not a type tq can write", k, r.Type))
+		}
+		switch r.GroupSize {
+		case 0, 32, 64, 128:
+		default:
+			errs = append(errs, fmt.Errorf("tensors[%q].group_size %d: want 0, 32, 64 or 128", k, r.GroupSize))
+		}
+	}
+	for k, v := range c.TensorTypes {
+		if t, err := gguf.ParseType(v); err != nil || !writable[t] {
+			errs = append(errs, fmt.Errorf("tensor_types[%q] = %q is not a type tq can write", k, v))
+		}
+	}
+	for _, l := range [][]string{c.LayersToQuantize, c.SkipLayers} {
+		for _, e := range l {
+			if strings.TrimSpace(e) == "" {
+				errs = append(errs, errors.New("empty entry in layers_to_quantize/skip_layers"))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ErrLMHeadNotSkipped is returned (wrapped) when skip_layers does not contain lm_head.
+var ErrLMHeadNotSkipped = errors.New("skip_layers does not contain lm_head")
+
+// CheckSkipsLMHead enforces the lm_head rule: the output projection maps every hidden state to
+// the whole vocabulary, so its quantization error lands directly on every logit (and, with tied
+// embeddings, on every input embedding too); turboquant keeps it in F16. A config that does not
+// skip it is refused unless force is set.
+func (c *TurboConfig) CheckSkipsLMHead(force bool) error {
+	for _, s := range c.SkipLayers {
+		if s == "lm_head" || s == "output.weight" || s == "output" || s == "lm_head.weight" {
+			return nil
+		}
+	}
+	if force {
+		return nil
+	}
+	return fmt.Errorf("%w: the output projection (lm_head) maps each hidden state onto the whole "+
+		"vocabulary, so its quantization error goes straight into every logit (and into every input "+
+		"embedding when embeddings are tied); turboquant keeps it in F16. Add \"lm_head\" to skip_layers, "+
+		"or pass --force to quantize it anyway", ErrLMHeadNotSkipped)
+}
+
+// WeightContainer maps the int4/int8 groups of the config onto ggml block types that llama.cpp
+// runs (see docs/formats-convert.md):
+//
+//	int4, symmetric  -> Q4_0 (group 32 native; 64/128: every Q4_0 block of a group stores the
+//	                    group's shared scale)
+//	int4, asymmetric -> Q4_K (scale+min per 32, super-block 256) when the row length is a
+//	                    multiple of 256, else Q4_1 (scale+min per 32)
+//	int8             -> Q8_0 (group 32 native; 64/128: shared scale repeated per block)
+//
+// Rows whose length is not a multiple of 32 fall back to F16. It returns the type, the group
+// size to request from the quantizer (0 = native) and a note when something was adapted.
+func (c *TurboConfig) WeightContainer(cols int64) (gguf.GGMLType, int, string) {
+	if cols%32 != 0 {
+		return gguf.TypeF16, 0, fmt.Sprintf("row length %d not a multiple of 32: F16", cols)
+	}
+	group := 0
+	if c.GroupSize > 32 {
+		group = c.GroupSize
+		if cols%int64(group) != 0 {
+			group = 0
+		}
+	}
+	sym := c.Symmetric == nil || *c.Symmetric
+	if c.WeightDType == "int8" {
+		note := ""
+		if !sym {
+			note = "int8 asymmetric stored as symmetric Q8_0 (no asymmetric 8-bit ggml type)"
+		}
+		return gguf.TypeQ8_0, group, note
+	}
+	if sym {
+		return gguf.TypeQ4_0, group, ""
+	}
+	if cols%256 == 0 {
+		return gguf.TypeQ4_K, 0, ""
+	}
+	return gguf.TypeQ4_1, 0, ""
+}
+
+// Role is the Hugging Face module role of a GGUF tensor name: q_proj, k_proj, v_proj, o_proj,
+// gate_proj, up_proj, down_proj (dense, expert and shared-expert FFNs alike), lm_head,
+// embed_tokens, router, norm, or "" for anything else.
+func Role(name string) string {
+	switch {
+	case name == "output.weight":
+		return "lm_head"
+	case name == "token_embd.weight":
+		return "embed_tokens"
+	case strings.HasSuffix(name, "_norm.weight"):
+		return "norm"
+	case strings.Contains(name, "ffn_gate_inp"):
+		return "router"
+	}
+	switch CategoryOf(name) {
+	case CatAttnQ:
+		return "q_proj"
+	case CatAttnK:
+		return "k_proj"
+	case CatAttnV:
+		return "v_proj"
+	case CatAttnOutput:
+		return "o_proj"
+	case CatFFNGate:
+		return "gate_proj"
+	case CatFFNUp:
+		return "up_proj"
+	case CatFFNDown:
+		return "down_proj"
+	}
+	return ""
+}
+
+// matchEntry reports whether a layer-list entry selects tensor t: the entry equals the role,
+// the GGUF name (with or without ".weight"), or its dot-separated parts occur as a contiguous
+// run in the GGUF name or one of the Hugging Face source names.
+func matchEntry(entry string, t Tensor, role string) bool {
+	entry = strings.TrimSuffix(strings.TrimSpace(entry), ".weight")
+	if entry == "" {
+		return false
+	}
+	if entry == role || entry == strings.TrimSuffix(t.Name, ".weight") {
+		return true
+	}
+	if role == "lm_head" && (entry == "output") {
+		return true
+	}
+	parts := strings.Split(entry, ".")
+	if containsRun(strings.Split(strings.TrimSuffix(t.Name, ".weight"), "."), parts) {
+		return true
+	}
+	for _, s := range t.Sources {
+		if containsRun(strings.Split(strings.TrimSuffix(s, ".weight"), "."), parts) {
+			return true
+		}
+	}
+	return false
+}
+
+func containsRun(hay, needle []string) bool {
+	if len(needle) == 0 || len(needle) > len(hay) {
+		return false
+	}
+outer:
+	for i := 0; i+len(needle) <= len(hay); i++ {
+		for j := range needle {
+			if hay[i+j] != needle[j] {
+				continue outer
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// TurboPolicy assigns types for --use-turboquant.
+type TurboPolicy struct {
+	Config *TurboConfig
+	// Force accepts a config whose skip_layers lacks lm_head.
+	Force bool
+	// EmbeddingType overrides the config's embedding_dtype when not nil.
+	EmbeddingType *gguf.GGMLType
+}
+
+// Assign decides every tensor's type. Rules, first match wins:
+//  1. tensors llama.cpp never quantizes (norms, routers, biases, 1-D): F32;
+//  2. tensor_types (per-tensor choices from calibration);
+//  3. lm_head (output.weight, or token_embd.weight when embeddings are tied): F16 when skipped;
+//  4. other skip_layers matches: F16;
+//  5. layers_to_quantize matches: the int4/int8 container (importance-weighted search);
+//  6. token_embd.weight: the embedding type (default Q8_0);
+//  7. everything else (o_proj, down_proj, …): Q8_0.
+//
+// Every chosen type passes the block-size fallback, so llama.cpp can load the result.
+func (p *TurboPolicy) Assign(ts []Tensor) ([]Decision, error) {
+	c := p.Config
+	if c == nil {
+		return nil, errors.New("turboquant policy without a config")
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if err := c.CheckSkipsLMHead(p.Force); err != nil {
+		return nil, err
+	}
+	embType := gguf.TypeQ8_0
+	if c.EmbeddingDType != "" {
+		embType, _ = gguf.ParseType(c.EmbeddingDType)
+	}
+	if p.EmbeddingType != nil {
+		if !writable[*p.EmbeddingType] {
+			return nil, fmt.Errorf("embedding type %s cannot be written by tq", *p.EmbeddingType)
+		}
+		embType = *p.EmbeddingType
+	}
+	tied := true
+	for _, t := range ts {
+		if t.Name == "output.weight" {
+			tied = false
+		}
+	}
+	used := map[string]bool{}
+	match := func(list []string, t Tensor, role string) bool {
+		hit := false
+		for _, e := range list {
+			if matchEntry(e, t, role) {
+				used[e] = true
+				hit = true
+			}
+		}
+		return hit
+	}
+	// deterministic pattern order for tensor_types
+	ttKeys := make([]string, 0, len(c.TensorTypes))
+	for k := range c.TensorTypes {
+		ttKeys = append(ttKeys, k)
+	}
+	sort.Strings(ttKeys)
+
+	out := make([]Decision, len(ts))
+	for i, t := range ts {
+		d := Decision{Name: t.Name, Quantize: true}
+		role := Role(t.Name)
+		if !AllowsQuantization(t, false) {
+			d.Type, d.Quantize, d.Rule = gguf.TypeF32, false, "never quantized: F32"
+			if t.Type != 0 && t.Type != gguf.TypeCount && t.Type.Known() {
+				if tr, _ := t.Type.Traits(); !tr.Quantized {
+					d.Type = t.Type
+				}
+			}
+			out[i] = d
+			continue
+		}
+		isHead := role == "lm_head" || (tied && role == "embed_tokens")
+		headRole := role
+		if isHead {
+			headRole = "lm_head"
+		}
+		var nt gguf.GGMLType
+		rule := ""
+		done := false
+		// exact names first, then patterns
+		if v, ok := c.TensorTypes[t.Name]; ok {
+			nt, _ = gguf.ParseType(v)
+			rule, done = "tensor_types", true
+			used[t.Name] = true
+			d.Fixed = true
+		} else {
+			for _, k := range ttKeys {
+				if matchEntry(k, t, role) {
+					nt, _ = gguf.ParseType(c.TensorTypes[k])
+					rule, done = "tensor_types "+k, true
+					used[k] = true
+					d.Fixed = true
+					break
+				}
+			}
+		}
+		if !done && isHead && match(c.SkipLayers, t, headRole) {
+			nt, rule, done = gguf.TypeF16, "lm_head: skipped, F16", true
+			d.Fixed = true
+		}
+		if !done && !isHead && match(c.SkipLayers, t, role) {
+			nt, rule, done = gguf.TypeF16, "skip_layers: F16", true
+			d.Fixed = true
+		}
+		if !done && match(c.LayersToQuantize, t, headRole) {
+			var g int
+			var note string
+			nt, g, note = c.WeightContainer(t.Cols())
+			rule = "layers_to_quantize: " + c.WeightDType
+			if r, ok := c.Tensors[t.Name]; ok {
+				nt, _ = gguf.ParseType(r.Type)
+				g = r.GroupSize
+				if g <= 32 || (nt != gguf.TypeQ4_0 && nt != gguf.TypeQ8_0) || t.Cols()%int64(g) != 0 {
+					g = 0
+				}
+				rule, note = "calibrated choice", ""
+			}
+			d.GroupSize, d.Weighted = g, true
+			done = true
+			if note != "" {
+				rule += " (" + note + ")"
+			}
+		}
+		if !done && role == "embed_tokens" && !isHead {
+			nt, rule, done = embType, "embedding", true
+		}
+		if !done {
+			nt, rule = gguf.TypeQ8_0, "not listed: Q8_0"
+		}
+		ft, fb, err := Fallback(nt, t.Cols())
+		if err != nil {
+			return nil, fmt.Errorf("tensor %s: %w", t.Name, err)
+		}
+		if fb {
+			rule += fmt.Sprintf("; fallback %s->%s (row %d)", nt, ft, t.Cols())
+			d.GroupSize = 0
+		}
+		d.Type, d.Fallback, d.Rule = ft, fb, rule
+		out[i] = d
+	}
+	// every layer-list entry must select something, or it is probably a typo
+	var errs []error
+	for _, l := range [][]string{c.LayersToQuantize, c.SkipLayers} {
+		for _, e := range l {
+			if !used[e] && e != "lm_head" {
+				errs = append(errs, fmt.Errorf("entry %q matches no tensor of this model", e))
+			}
+		}
+	}
+	for _, k := range ttKeys {
+		if !used[k] {
+			errs = append(errs, fmt.Errorf("tensor_types entry %q matches no tensor of this model", k))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("quantize config: %w", errors.Join(errs...))
+	}
+	return out, nil
+}

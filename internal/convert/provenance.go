@@ -1,0 +1,53 @@
+package convert
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+
+	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/internal/convert/policy"
+)
+
+// TurboProvenanceVersion is the version of the turboquant.* key set (turboquant.version).
+const TurboProvenanceVersion = 1
+
+// addTurboProvenance records the turboquant policy in the output (docs/formats-convert.md).
+func addTurboProvenance(md *gguf.Metadata, c *policy.TurboConfig, cfgPath, tqVersion string) {
+	md.Set("turboquant.version", gguf.Uint32(TurboProvenanceVersion))
+	md.Set("turboquant.quant_method", gguf.String(c.QuantMethod))
+	md.Set("turboquant.weight_dtype", gguf.String(c.WeightDType))
+	md.Set("turboquant.kv_cache_dtype", gguf.String(c.KVCacheDType))
+	md.Set("turboquant.group_size", gguf.Uint32(uint32(c.GroupSize)))
+	md.Set("turboquant.symmetric", gguf.Bool(c.Symmetric == nil || *c.Symmetric))
+	method := c.CalibrationMethod
+	if method == "" {
+		method = "none"
+	}
+	md.Set("turboquant.calibration_method", gguf.String(method))
+	md.Set("turboquant.num_prompts", gguf.Uint32(uint32(max(0, c.NumPrompts))))
+	if c.CalibrationHash != "" {
+		md.Set("turboquant.calibration_hash", gguf.String(c.CalibrationHash))
+	}
+	if len(c.LayersToQuantize) > 0 {
+		md.Set("turboquant.layers_to_quantize", gguf.Array(append([]string(nil), c.LayersToQuantize...)))
+	}
+	if len(c.SkipLayers) > 0 {
+		md.Set("turboquant.skip_layers", gguf.Array(append([]string(nil), c.SkipLayers...)))
+	}
+	if cfgPath != "" {
+		if b, err := os.ReadFile(cfgPath); err == nil {
+			sum := sha256.Sum256(b)
+			md.Set("turboquant.config_sha256", gguf.String(hex.EncodeToString(sum[:])))
+			md.Set("turboquant.config_file", gguf.String(filepath.Base(cfgPath)))
+		}
+	}
+	if c.TQVersion != "" {
+		md.Set("turboquant.calibrated_with", gguf.String(c.TQVersion))
+	}
+	if tqVersion == "" {
+		tqVersion = "unknown"
+	}
+	md.Set("turboquant.tq_version", gguf.String(tqVersion))
+}

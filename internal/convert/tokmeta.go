@@ -1,0 +1,57 @@
+package convert
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/tokenizer"
+)
+
+// tokenizerMetadata returns the tokenizer.* keys llama.cpp's converter writes for the folder
+// (through the tokenizer package), plus tokenizer.ggml.add_space_prefix for llama models
+// whose tokenizer_config.json sets add_prefix_space (LlamaModel.set_vocab).
+func tokenizerMetadata(dir string, arch string) (gguf.Metadata, error) {
+	tok, err := tokenizer.LoadHF(dir)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer of %s: %w", dir, err)
+	}
+	kvs, err := tok.GGUFMetadata("")
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer of %s: %w", dir, err)
+	}
+	var md gguf.Metadata
+	for _, kv := range kvs {
+		var v gguf.Value
+		switch x := kv.Value.(type) {
+		case string:
+			v = gguf.String(x)
+		case []string:
+			v = gguf.Array(x)
+		case []int32:
+			v = gguf.Array(x)
+		case []float32:
+			v = gguf.Array(x)
+		case uint32:
+			v = gguf.Uint32(x)
+		case bool:
+			v = gguf.Bool(x)
+		default:
+			return nil, fmt.Errorf("tokenizer key %s: unexpected value type %T", kv.Key, kv.Value)
+		}
+		md.Set(kv.Key, v)
+	}
+	if arch == "llama" {
+		if b, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json")); err == nil {
+			var tc struct {
+				AddPrefixSpace *bool `json:"add_prefix_space"`
+			}
+			if json.Unmarshal(b, &tc) == nil && tc.AddPrefixSpace != nil {
+				md.Set("tokenizer.ggml.add_space_prefix", gguf.Bool(*tc.AddPrefixSpace))
+			}
+		}
+	}
+	return md, nil
+}
