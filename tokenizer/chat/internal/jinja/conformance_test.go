@@ -1,0 +1,135 @@
+package jinja
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// repoRoot walks up from the test's directory to the directory with go.mod.
+func repoRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("go.mod not found above the test directory")
+		}
+		dir = parent
+	}
+}
+
+// fixedNow is render.py's FIXED_NOW.
+var fixedNow = func() time.Time { return time.Date(2025, 7, 4, 9, 5, 3, 0, time.Local) }
+
+type confCase struct {
+	Name     string          `json:"name"`
+	Template string          `json:"template"`
+	Vars     json.RawMessage `json:"vars"`
+}
+
+type confExpect struct {
+	Output *string `json:"output"`
+	Error  string  `json:"error"`
+}
+
+// knownDeviations are the cases where this interpreter deliberately differs
+// from Python jinja2: the case must fail with the given error kind instead.
+var knownDeviations = map[string]string{
+	// Python raises TypeError (no loader); we reject template loading at
+	// compile time.
+	"err_include": "TemplateSyntaxError",
+	// Python integers are unbounded; ours are 64-bit and overflow is an error.
+	"err_int_overflow": "OverflowError",
+}
+
+// TestConformance renders every case of testdata/chat/conformance/cases.json
+// and compares with the Python jinja2 results in expected.json (produced by
+// testdata/chat/render.py): byte-identical output, or an error of the same
+// Python exception class.
+func TestConformance(t *testing.T) {
+	dir := filepath.Join(repoRoot(t), "testdata", "chat", "conformance")
+	var cases []confCase
+	readJSON(t, filepath.Join(dir, "cases.json"), &cases)
+	var expected map[string]confExpect
+	readJSON(t, filepath.Join(dir, "expected.json"), &expected)
+	if len(cases) < 100 || len(cases) != len(expected) {
+		t.Fatalf("%d cases, %d expectations", len(cases), len(expected))
+	}
+	pass := 0
+	for _, c := range cases {
+		want, ok := expected[c.Name]
+		if !ok {
+			t.Errorf("%s: no expectation", c.Name)
+			continue
+		}
+		got, err := renderCase(c)
+		if kind, ok := knownDeviations[c.Name]; ok {
+			if errKind(err) != kind {
+				t.Errorf("%s: known deviation expects a %s, got %q, %v", c.Name, kind, got, err)
+			}
+			continue
+		}
+		switch {
+		case want.Output != nil && err != nil:
+			t.Errorf("%s: unexpected error %v\nwant %q", c.Name, err, *want.Output)
+		case want.Output != nil && got != *want.Output:
+			t.Errorf("%s:\n got %q\nwant %q", c.Name, got, *want.Output)
+		case want.Output == nil && err == nil:
+			t.Errorf("%s: rendered %q, want a %s", c.Name, got, want.Error)
+		case want.Output == nil && errKind(err) != want.Error:
+			t.Errorf("%s: error %v, want a %s", c.Name, err, want.Error)
+		default:
+			pass++
+		}
+	}
+	t.Logf("%d/%d conformance cases match Python jinja2 (%d known deviations)", pass, len(cases), len(knownDeviations))
+}
+
+func errKind(err error) string {
+	var je *Error
+	if errors.As(err, &je) {
+		return je.Kind
+	}
+	return ""
+}
+
+func renderCase(c confCase) (string, error) {
+	tmpl, err := Compile(c.Name, c.Template)
+	if err != nil {
+		return "", err
+	}
+	vars := map[string]any{}
+	if len(c.Vars) > 0 {
+		v, err := ParseJSON(c.Vars)
+		if err != nil {
+			return "", err
+		}
+		d := v.(*Dict)
+		for i, k := range d.keys {
+			vars[k.(string)] = d.vals[i]
+		}
+	}
+	return tmpl.Render(context.Background(), vars, Options{Now: fixedNow})
+}
+
+func readJSON(t testing.TB, path string, v any) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
