@@ -1,0 +1,312 @@
+// matvec.cu: y = W·x for GGUF weight blocks read in place.
+//
+// W has nrows rows of n elements in one GGUF block format (Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, F16, BF16
+// or F32), rows packed back to back exactly as in the file. x holds T activation rows of n floats
+// (x[t*n + i]) and y receives T rows of nrows floats (y[t*nrows + r]). Weights are dequantized in
+// registers and multiplied with float32 activations; every weight byte is read once per launch, so
+// the small-batch variants (T up to MV_MAX_T) cost about as much memory traffic as T = 1.
+//
+// Launch: block = 32*MV_WARPS threads, grid.x = ceil(nrows / MV_WARPS); one warp per row.
+// Kernels tq_mv_<type>_t1 require T == 1, tq_mv_<type>_t8 accept 1 <= T <= 8.
+#include "common.cuh"
+
+#define MV_WARPS 4
+#define MV_MAX_T 8
+
+// Per-type lane work. Each function adds this lane's share of row `w` (nb blocks) dotted with the
+// T activation rows into acc[0..T).
+
+// Q4_K: 144-byte super-blocks of 256: d, dmin (f16), scales[12] (6-bit scale/min pairs), qs[128].
+// Half a warp per super-block: lane l16 = 4c+i takes qs[32c + 8i .. +8): elements 64c+8i+k (low
+// nibbles, sub-block 2c) and 64c+32+8i+k (high nibbles, sub-block 2c+1).
+__device__ __forceinline__ void scale_min_k4(int j, const u8* s, float* sc, float* m) {
+    if (j < 4) {
+        *sc = (float)(s[j] & 63);
+        *m = (float)(s[j + 4] & 63);
+    } else {
+        *sc = (float)((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4));
+        *m = (float)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+    }
+}
+
+template <int NT>
+__device__ __forceinline__ void lane_q4_k(const u8* w, int nb, const float* x, int n, int T, float* acc) {
+    const int lane = threadIdx.x & 31;
+    const int half = lane >> 4, l16 = lane & 15, c = l16 >> 2, i = l16 & 3;
+    for (int ib = half; ib < nb; ib += 2) {
+        const u8* b = w + (u64)ib * 144;
+        const u32 dd = ld_u32(b);
+        const float d = h2f((u16)(dd & 0xffff)), dmin = h2f((u16)(dd >> 16));
+        float sc1, m1, sc2, m2;
+        scale_min_k4(2 * c, b + 4, &sc1, &m1);
+        scale_min_k4(2 * c + 1, b + 4, &sc2, &m2);
+        const u8* q = b + 16 + 32 * c + 8 * i;
+        const u32 q0 = ld_u32(q), q1 = ld_u32(q + 4);
+        const int e0 = ib * 256 + 64 * c + 8 * i;
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            if (t >= T) break;
+            const float* xl = x + (u64)t * n + e0;
+            const float4 a0 = ld_f4(xl), a1 = ld_f4(xl + 4), b0 = ld_f4(xl + 32), b1 = ld_f4(xl + 36);
+            const float lo = (float)(q0 & 15) * a0.x + (float)((q0 >> 8) & 15) * a0.y +
+                             (float)((q0 >> 16) & 15) * a0.z + (float)((q0 >> 24) & 15) * a0.w +
+                             (float)(q1 & 15) * a1.x + (float)((q1 >> 8) & 15) * a1.y +
+                             (float)((q1 >> 16) & 15) * a1.z + (float)((q1 >> 24) & 15) * a1.w;
+            const float hi = (float)((q0 >> 4) & 15) * b0.x + (float)((q0 >> 12) & 15) * b0.y +
+                             (float)((q0 >> 20) & 15) * b0.z + (float)((q0 >> 28) & 15) * b0.w +
+                             (float)((q1 >> 4) & 15) * b1.x + (float)((q1 >> 12) & 15) * b1.y +
+                             (float)((q1 >> 20) & 15) * b1.z + (float)((q1 >> 28) & 15) * b1.w;
+            const float slo = a0.x + a0.y + a0.z + a0.w + a1.x + a1.y + a1.z + a1.w;
+            const float shi = b0.x + b0.y + b0.z + b0.w + b1.x + b1.y + b1.z + b1.w;
+            acc[t] += d * (sc1 * lo + sc2 * hi) - dmin * (m1 * slo + m2 * shi);
+        }
+    }
+}
+
+// Q5_K: 176-byte super-blocks: d, dmin, scales[12] (as Q4_K), qh[32], qs[128]. The fifth bit of
+// element 64c+l (l < 32) is bit 2c of qh[l]; of element 64c+32+l it is bit 2c+1.
+template <int NT>
+__device__ __forceinline__ void lane_q5_k(const u8* w, int nb, const float* x, int n, int T, float* acc) {
+    const int lane = threadIdx.x & 31;
+    const int half = lane >> 4, l16 = lane & 15, c = l16 >> 2, i = l16 & 3;
+    for (int ib = half; ib < nb; ib += 2) {
+        const u8* b = w + (u64)ib * 176;
+        const u32 dd = ld_u32(b);
+        const float d = h2f((u16)(dd & 0xffff)), dmin = h2f((u16)(dd >> 16));
+        float sc1, m1, sc2, m2;
+        scale_min_k4(2 * c, b + 4, &sc1, &m1);
+        scale_min_k4(2 * c + 1, b + 4, &sc2, &m2);
+        const u8* q = b + 48 + 32 * c + 8 * i;
+        const u32 q0 = ld_u32(q), q1 = ld_u32(q + 4);
+        const u8* hp = b + 16 + 8 * i;
+        const u32 h0 = ld_u32(hp), h1 = ld_u32(hp + 4);
+        float vlo[8], vhi[8];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const u32 qa = q0 >> (8 * k), qb = q1 >> (8 * k);
+            const u32 ha = h0 >> (8 * k), hb = h1 >> (8 * k);
+            vlo[k] = (float)((qa & 15) | (((ha >> (2 * c)) & 1) << 4));
+            vlo[k + 4] = (float)((qb & 15) | (((hb >> (2 * c)) & 1) << 4));
+            vhi[k] = (float)(((qa >> 4) & 15) | (((ha >> (2 * c + 1)) & 1) << 4));
+            vhi[k + 4] = (float)(((qb >> 4) & 15) | (((hb >> (2 * c + 1)) & 1) << 4));
+        }
+        const int e0 = ib * 256 + 64 * c + 8 * i;
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            if (t >= T) break;
+            const float* xl = x + (u64)t * n + e0;
+            const float4 a0 = ld_f4(xl), a1 = ld_f4(xl + 4), b0 = ld_f4(xl + 32), b1 = ld_f4(xl + 36);
+            const float lo = vlo[0] * a0.x + vlo[1] * a0.y + vlo[2] * a0.z + vlo[3] * a0.w +
+                             vlo[4] * a1.x + vlo[5] * a1.y + vlo[6] * a1.z + vlo[7] * a1.w;
+            const float hi = vhi[0] * b0.x + vhi[1] * b0.y + vhi[2] * b0.z + vhi[3] * b0.w +
+                             vhi[4] * b1.x + vhi[5] * b1.y + vhi[6] * b1.z + vhi[7] * b1.w;
+            const float slo = a0.x + a0.y + a0.z + a0.w + a1.x + a1.y + a1.z + a1.w;
+            const float shi = b0.x + b0.y + b0.z + b0.w + b1.x + b1.y + b1.z + b1.w;
+            acc[t] += d * (sc1 * lo + sc2 * hi) - dmin * (m1 * slo + m2 * shi);
+        }
+    }
+}
+
+// Q6_K: 210-byte super-blocks: ql[128], qh[64], scales[16] (int8), d (f16). Half a warp per
+// super-block: lane l16 = 8h+j takes l in [4j, 4j+4) of half h, i.e. elements 128h + 32k + l for
+// k = 0..3 (sub-block 8h + 2k + j/4). Blocks are only 2-byte aligned, so bytes are loaded singly.
+template <int NT>
+__device__ __forceinline__ void lane_q6_k(const u8* w, int nb, const float* x, int n, int T, float* acc) {
+    const int lane = threadIdx.x & 31;
+    const int half = lane >> 4, l16 = lane & 15, h = l16 >> 3, j = l16 & 7;
+    for (int ib = half; ib < nb; ib += 2) {
+        const u8* b = w + (u64)ib * 210;
+        const float d = h2f(ld_u16(b + 208));
+        const u8* ql = b + 64 * h + 4 * j;
+        const u8* qh = b + 128 + 32 * h + 4 * j;
+        const i8* sc = (const i8*)(b + 192) + 8 * h + (j >> 2);
+        float v[4][4];
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+            const u32 la = ql[m], lb = ql[32 + m], hh = qh[m];
+            v[0][m] = (float)((int)((la & 15) | ((hh & 3) << 4)) - 32);
+            v[1][m] = (float)((int)((lb & 15) | (((hh >> 2) & 3) << 4)) - 32);
+            v[2][m] = (float)((int)((la >> 4) | (((hh >> 4) & 3) << 4)) - 32);
+            v[3][m] = (float)((int)((lb >> 4) | (((hh >> 6) & 3) << 4)) - 32);
+        }
+        float s[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) s[k] = (float)sc[2 * k];
+        const int e0 = ib * 256 + 128 * h + 4 * j;
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            if (t >= T) break;
+            const float* xl = x + (u64)t * n + e0;
+            float sum = 0.0f;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float4 a = ld_f4(xl + 32 * k);
+                sum += s[k] * (v[k][0] * a.x + v[k][1] * a.y + v[k][2] * a.z + v[k][3] * a.w);
+            }
+            acc[t] += d * sum;
+        }
+    }
+}
+
+// Q8_0: 34-byte blocks of 32: d (f16), qs[32] (int8). Four lanes per block, eight elements each.
+template <int NT>
+__device__ __forceinline__ void lane_q8_0(const u8* w, int nb, const float* x, int n, int T, float* acc) {
+    const int lane = threadIdx.x & 31;
+    const int sub = lane >> 2, part = lane & 3;
+    for (int ib = sub; ib < nb; ib += 8) {
+        const u8* b = w + (u64)ib * 34;
+        const float d = h2f(ld_u16(b));
+        const i8* q = (const i8*)(b + 2 + 8 * part);
+        float v[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) v[k] = (float)q[k];
+        const int e0 = ib * 32 + 8 * part;
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            if (t >= T) break;
+            const float* xl = x + (u64)t * n + e0;
+            const float4 a0 = ld_f4(xl), a1 = ld_f4(xl + 4);
+            acc[t] += d * (v[0] * a0.x + v[1] * a0.y + v[2] * a0.z + v[3] * a0.w +
+                           v[4] * a1.x + v[5] * a1.y + v[6] * a1.z + v[7] * a1.w);
+        }
+    }
+}
+
+// Q4_0: 18-byte blocks of 32: d (f16), qs[16]; element j < 16 is the low nibble of qs[j], element
+// j+16 the high nibble, both offset by 8. Four lanes per block: lane part p takes qs[4p .. 4p+4).
+template <int NT>
+__device__ __forceinline__ void lane_q4_0(const u8* w, int nb, const float* x, int n, int T, float* acc) {
+    const int lane = threadIdx.x & 31;
+    const int sub = lane >> 2, part = lane & 3;
+    for (int ib = sub; ib < nb; ib += 8) {
+        const u8* b = w + (u64)ib * 18;
+        const float d = h2f(ld_u16(b));
+        const u8* q = b + 2 + 4 * part;
+        float lo[4], hi[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            lo[k] = (float)((int)(q[k] & 15) - 8);
+            hi[k] = (float)((int)(q[k] >> 4) - 8);
+        }
+        const int e0 = ib * 32 + 4 * part;
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            if (t >= T) break;
+            const float* xl = x + (u64)t * n + e0;
+            const float4 a = ld_f4(xl), c = ld_f4(xl + 16);
+            acc[t] += d * (lo[0] * a.x + lo[1] * a.y + lo[2] * a.z + lo[3] * a.w +
+                           hi[0] * c.x + hi[1] * c.y + hi[2] * c.z + hi[3] * c.w);
+        }
+    }
+}
+
+// 16-bit float rows (F16 when BF is 0, BF16 when 1). Rows of n elements; when n is a multiple of 2
+// each lane reads element pairs (4-byte loads), otherwise single elements.
+template <int NT, int BF>
+__device__ __forceinline__ void lane_f16(const u8* w, int n, const float* x, int T, float* acc) {
+    const int lane = threadIdx.x & 31;
+    if ((n & 1) == 0) {
+        for (int e = 2 * lane; e < n; e += 64) {
+            const u32 p = ld_u32(w + 2 * (u64)e);
+            const float w0 = BF ? bf2f((u16)(p & 0xffff)) : h2f((u16)(p & 0xffff));
+            const float w1 = BF ? bf2f((u16)(p >> 16)) : h2f((u16)(p >> 16));
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                if (t >= T) break;
+                const float* xl = x + (u64)t * n + e;
+                acc[t] += w0 * xl[0] + w1 * xl[1];
+            }
+        }
+        return;
+    }
+    for (int e = lane; e < n; e += 32) {
+        const u16 p = ld_u16(w + 2 * (u64)e);
+        const float w0 = BF ? bf2f(p) : h2f(p);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            if (t >= T) break;
+            acc[t] += w0 * x[(u64)t * n + e];
+        }
+    }
+}
+
+template <int NT>
+__device__ __forceinline__ void lane_f32(const u8* w, int n, const float* x, int T, float* acc) {
+    const int lane = threadIdx.x & 31;
+    const float* wf = (const float*)w;
+    for (int e = lane; e < n; e += 32) {
+        const float w0 = wf[e];
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            if (t >= T) break;
+            acc[t] += w0 * x[(u64)t * n + e];
+        }
+    }
+}
+
+// Type ids as in GGUF (ggml_type).
+#define TQ_F32 0
+#define TQ_F16 1
+#define TQ_Q4_0 2
+#define TQ_Q8_0 8
+#define TQ_Q4_K 12
+#define TQ_Q5_K 13
+#define TQ_Q6_K 14
+#define TQ_BF16 30
+
+template <int TYPE, int NT>
+__device__ __forceinline__ void matvec(const u8* TQ_RESTRICT w, const float* TQ_RESTRICT x, float* TQ_RESTRICT y,
+                                       int n, int nrows, int T) {
+    const int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    if (row >= nrows) return; // the whole warp leaves together; no block barrier follows
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+    u64 rowBytes;
+    switch (TYPE) {
+    case TQ_Q4_K: rowBytes = (u64)(n / 256) * 144; break;
+    case TQ_Q5_K: rowBytes = (u64)(n / 256) * 176; break;
+    case TQ_Q6_K: rowBytes = (u64)(n / 256) * 210; break;
+    case TQ_Q8_0: rowBytes = (u64)(n / 32) * 34; break;
+    case TQ_Q4_0: rowBytes = (u64)(n / 32) * 18; break;
+    case TQ_F32: rowBytes = (u64)n * 4; break;
+    default: rowBytes = (u64)n * 2; break;
+    }
+    const u8* wr = w + (u64)row * rowBytes;
+    switch (TYPE) {
+    case TQ_Q4_K: lane_q4_k<NT>(wr, n / 256, x, n, T, acc); break;
+    case TQ_Q5_K: lane_q5_k<NT>(wr, n / 256, x, n, T, acc); break;
+    case TQ_Q6_K: lane_q6_k<NT>(wr, n / 256, x, n, T, acc); break;
+    case TQ_Q8_0: lane_q8_0<NT>(wr, n / 32, x, n, T, acc); break;
+    case TQ_Q4_0: lane_q4_0<NT>(wr, n / 32, x, n, T, acc); break;
+    case TQ_F16: lane_f16<NT, 0>(wr, n, x, T, acc); break;
+    case TQ_BF16: lane_f16<NT, 1>(wr, n, x, T, acc); break;
+    case TQ_F32: lane_f32<NT>(wr, n, x, T, acc); break;
+    }
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        if (t >= T) break;
+        const float s = warp_sum(acc[t]);
+        if (lane == 0) y[(u64)t * nrows + row] = s;
+    }
+}
+
+#define TQ_MV(name, TYPE)                                                                               \
+    extern "C" __global__ void tq_mv_##name##_t1(const u8* w, const float* x, float* y, int n, int nrows, \
+                                                 int T) {                                               \
+        matvec<TYPE, 1>(w, x, y, n, nrows, 1);                                                          \
+    }                                                                                                   \
+    extern "C" __global__ void tq_mv_##name##_t8(const u8* w, const float* x, float* y, int n, int nrows, \
+                                                 int T) {                                               \
+        matvec<TYPE, MV_MAX_T>(w, x, y, n, nrows, T);                                                   \
+    }
+
+TQ_MV(f32, TQ_F32)
+TQ_MV(f16, TQ_F16)
+TQ_MV(bf16, TQ_BF16)
+TQ_MV(q4_0, TQ_Q4_0)
+TQ_MV(q8_0, TQ_Q8_0)
+TQ_MV(q4_k, TQ_Q4_K)
+TQ_MV(q5_k, TQ_Q5_K)
+TQ_MV(q6_k, TQ_Q6_K)

@@ -1,0 +1,112 @@
+// ops.cu: element-wise and per-row operations of the transformer forward pass, following the CPU
+// runner (package infer) operation by operation.
+#include "common.cuh"
+
+// tq_rmsnorm: y[r] = x[r] * (1/sqrt(mean(x[r]²) + eps)) * w for rows r < rows of n floats. w may be
+// null (no weight); y may alias x. Launch: grid.x = rows, block = 256.
+extern "C" __global__ void tq_rmsnorm(const float* x, const float* w, float* y, int n, int rows, float eps) {
+    __shared__ float sh[32];
+    const int r = blockIdx.x;
+    if (r >= rows) return; // uniform for the block
+    const float* xr = x + (u64)r * n;
+    float* yr = y + (u64)r * n;
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += xr[i] * xr[i];
+    s = block_sum(s, sh);
+    const float scale = 1.0f / sqrtf(s / (float)n + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = xr[i] * scale;
+        yr[i] = w ? v * w[i] : v;
+    }
+}
+
+// tq_rope rotates, in place, the first nrot dimensions of each of the nheads heads (hd floats each)
+// of T rows x[t*nheads*hd ...] at positions pos0+t, as ggml_rope_ext does: pair i has angle
+// pos·theta_scale^i (repeated float multiplication, as ggml), optionally divided by freqs[i], with
+// linear and YaRN scaling. neox selects the (i, i + nrot/2) pairing, otherwise (2i, 2i+1).
+// Launch: grid = (nheads, T), block = nrot/2 (<= 1024).
+extern "C" __global__ void tq_rope(float* x, int T, int nheads, int hd, int pos0, int nrot, int neox,
+                                   float theta_scale, float freq_scale, float ext_factor, float attn_factor,
+                                   float corr0, float corr1, const float* freqs) {
+    const int h = blockIdx.x, t = blockIdx.y, i = threadIdx.x;
+    if (h >= nheads || t >= T || 2 * i >= nrot) return;
+    float theta = (float)(pos0 + t);
+    for (int j = 0; j < i; ++j) theta *= theta_scale;
+    const float ff = freqs ? freqs[i] : 1.0f;
+    const float theta_extrap = theta / ff;
+    const float theta_interp = freq_scale * theta_extrap;
+    float th = theta_interp;
+    float mscale = attn_factor;
+    if (ext_factor != 0.0f) {
+        const float y = ((float)i - corr0) / fmaxf(0.001f, corr1 - corr0);
+        const float ramp = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * ext_factor;
+        th = theta_interp * (1.0f - ramp) + theta_extrap * ramp;
+        mscale *= 1.0f + 0.1f * logf(1.0f / freq_scale);
+    }
+    const float c = (float)cos((double)th) * mscale;
+    const float s = (float)sin((double)th) * mscale;
+    float* xh = x + ((u64)t * nheads + h) * hd;
+    const int a = neox ? i : 2 * i;
+    const int b = neox ? i + nrot / 2 : 2 * i + 1;
+    const float x0 = xh[a], x1 = xh[b];
+    xh[a] = x0 * c - x1 * s;
+    xh[b] = x0 * s + x1 * c;
+}
+
+// tq_swiglu: g[i] = silu(g[i]) * u[i] for i < n, silu(v) = v/(1+e^-v). Launch: 1-D, any geometry.
+extern "C" __global__ void tq_swiglu(float* g, const float* u, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        const float v = g[i];
+        g[i] = v / (1.0f + expf(-v)) * u[i];
+    }
+}
+
+// tq_add: y[i] += x[i] for i < n. Launch: 1-D, any geometry.
+extern "C" __global__ void tq_add(float* y, const float* x, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) y[i] += x[i];
+}
+
+// tq_add_rows: y[t*n + i] += b[i] for t < T, i < n (bias). Launch: 1-D over n*T, any geometry.
+extern "C" __global__ void tq_add_rows(float* y, const float* b, int n, int T) {
+    const u64 total = (u64)n * T;
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (u64)gridDim.x * blockDim.x)
+        y[i] += b[i % n];
+}
+
+// tq_kv_store converts T rows of K and V (kvdim floats each) to f16 and stores them at cache rows
+// pos0 .. pos0+T-1 (kc/vc rows of kvdim halves). Launch: grid = (ceil(kvdim/256), T), block 256.
+extern "C" __global__ void tq_kv_store(const float* k, const float* v, u16* kc, u16* vc, int pos0, int T, int kvdim) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
+    if (i >= kvdim || t >= T) return;
+    const u64 src = (u64)t * kvdim + i, dst = (u64)(pos0 + t) * kvdim + i;
+    kc[dst] = f2h(k[src]);
+    vc[dst] = f2h(v[src]);
+}
+
+// tq_gather_rows: dst[j] = src[idx[j]] for rows of n floats, j < count. Launch: grid = (ceil(n/256),
+// count), block 256.
+extern "C" __global__ void tq_gather_rows(float* dst, const float* src, const int* idx, int n, int count) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y;
+    if (i >= n || j >= count) return;
+    dst[(u64)j * n + i] = src[(u64)idx[j] * n + i];
+}
+
+// tq_scatter_rows: dst[idx[j]] = src[j] for rows of n floats, j < count. Launch as tq_gather_rows.
+extern "C" __global__ void tq_scatter_rows(float* dst, const float* src, const int* idx, int n, int count) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y;
+    if (i >= n || j >= count) return;
+    dst[(u64)idx[j] * n + i] = src[(u64)j * n + i];
+}
+
+// tq_moe_combine: out[t] = Σ_j wts[t*k+j] · slot[t*k+j] (rows of n floats), summed in slot order as
+// llama.cpp adds the weighted expert outputs. Launch: grid = (ceil(n/256), T), block 256.
+extern "C" __global__ void tq_moe_combine(float* out, const float* slot, const float* wts, int T, int k, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
+    if (i >= n || t >= T) return;
+    float s = 0.0f;
+    for (int j = 0; j < k; ++j) {
+        const float y = slot[((u64)t * k + j) * n + i] * wts[t * k + j];
+        s = j == 0 ? y : s + y;
+    }
+    out[(u64)t * n + i] = s;
+}
