@@ -7,7 +7,7 @@ DEMO_DIR ?= build/demo
 FUZZTIME ?= 10s
 export GOFLAGS ?= -mod=readonly
 
-.PHONY: all build test test-go refs vet fmt-check bench demo fuzz clean
+.PHONY: all build test refs vet fmt-check bench demo fuzz ptx gpu-check clean
 
 all: build
 
@@ -38,6 +38,15 @@ demo: build
 # Short bounded fuzz runs of every parser's fuzz target.
 fuzz:
 	./scripts/fuzz.sh $(FUZZTIME)
+
+# Regenerate the committed PTX from infer/cuda/kernels/*.cu (needs nvcc; building tq does not).
+ptx:
+	./scripts/ptx.sh
+
+# Build the CUDA test binary here; run it on a GPU machine with `scripts/gpu-check.sh run`
+# (docs/cuda.md).
+gpu-check:
+	./scripts/gpu-check.sh build
 
 clean:
 	rm -rf bin build
