@@ -1,0 +1,210 @@
+package infer
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/infer/internal/testmodel"
+)
+
+// benchSpec is the generated benchmark model: a llama-shaped network of ~360M parameters
+// (hidden 2048, 8 layers, FFN 5632, 16 heads, 4 KV heads), big enough that decode is bound by
+// memory bandwidth rather than per-token overhead. TQ_BENCH_LAYERS overrides the layer count.
+func benchSpec(typ gguf.GGMLType) testmodel.Spec {
+	s := testmodel.Default("llama")
+	s.Embd, s.Layers, s.FF, s.Heads, s.HeadsKV, s.HeadDim = 2048, 8, 5632, 16, 4, 128
+	s.Vocab, s.Ctx = 4096, 4096
+	if n, err := strconv.Atoi(os.Getenv("TQ_BENCH_LAYERS")); err == nil && n > 0 {
+		s.Layers = n
+	}
+	s.Types = typesAll(typ)
+	s.Seed = 77
+	return s
+}
+
+// benchModelPath builds the benchmark GGUF once per type and caches it under the user cache
+// directory (or TQ_BENCH_DIR).
+func benchModelPath(b testing.TB, typ gguf.GGMLType) string {
+	b.Helper()
+	dir := os.Getenv("TQ_BENCH_DIR")
+	if dir == "" {
+		c, err := os.UserCacheDir()
+		if err != nil {
+			c = os.TempDir()
+		}
+		dir = filepath.Join(c, "tq-bench")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	spec := benchSpec(typ)
+	p := filepath.Join(dir, fmt.Sprintf("bench-llama-%s-L%d-v1.gguf", typ, spec.Layers))
+	if _, err := os.Stat(p); err == nil {
+		return p
+	}
+	m, err := testmodel.Build(spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := m.WriteGGUF(p); err != nil {
+		b.Fatal(err)
+	}
+	return p
+}
+
+func benchTypes() []gguf.GGMLType {
+	if v := os.Getenv("TQ_BENCH_TYPE"); v != "" {
+		t, err := gguf.ParseType(v)
+		if err == nil {
+			return []gguf.GGMLType{t}
+		}
+	}
+	return []gguf.GGMLType{gguf.TypeQ8_0, gguf.TypeQ4_K}
+}
+
+func loadBench(b *testing.B, typ gguf.GGMLType, opts Options) (*Model, func()) {
+	src, err := OpenGGUF(benchModelPath(b, typ))
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := Load(src, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m, func() { m.Close(); src.Close() }
+}
+
+// BenchmarkDecode measures single-token decode after a 64-token prompt (tokens/s reported).
+func BenchmarkDecode(b *testing.B) {
+	for _, typ := range benchTypes() {
+		b.Run(typ.String(), func(b *testing.B) {
+			m, done := loadBench(b, typ, Options{CtxSize: 1024})
+			defer done()
+			s, _ := m.NewSession()
+			prompt := randTokens(1, 64, 4096)
+			if _, err := s.Eval(prompt, LogitsLast); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			tok := int32(1)
+			for i := 0; i < b.N; i++ {
+				if s.Pos() >= s.CtxSize()-1 {
+					s.Truncate(64)
+				}
+				l, err := s.Eval([]int32{tok}, LogitsLast)
+				if err != nil {
+					b.Fatal(err)
+				}
+				tok = argmax(l[0])
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tok/s")
+		})
+	}
+}
+
+// BenchmarkPrompt measures a 256-token prompt evaluated in one batch (tokens/s reported), in
+// three product paths: "default" (quantized weights: one integer dot product per row and
+// token, as ggml), "batchgemm" (rounded activations, dequantized weight tiles, f32 GEMM) and
+// "fullprec" (GEMM without activation rounding).
+func BenchmarkPrompt(b *testing.B) {
+	modes := []struct {
+		name string
+		o    Options
+	}{
+		{"default", Options{CtxSize: 512}},
+		{"batchgemm", Options{CtxSize: 512, BatchGEMM: true}},
+		{"fullprec", Options{CtxSize: 512, FullPrecision: true}},
+	}
+	for _, typ := range benchTypes() {
+		for _, mode := range modes {
+			b.Run(fmt.Sprintf("%s/%s", typ, mode.name), func(b *testing.B) {
+				m, done := loadBench(b, typ, mode.o)
+				defer done()
+				s, _ := m.NewSession()
+				prompt := randTokens(2, 256, 4096)
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					s.Reset()
+					if _, err := s.Eval(prompt, LogitsLast); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.N*len(prompt))/b.Elapsed().Seconds(), "tok/s")
+			})
+		}
+	}
+}
+
+// BenchmarkVsLlamaCpp times llama.cpp (node-llama-cpp, CPU) and this package on the same GGUF
+// in the same run: a 128-token prompt batch and 32 greedy decode steps, alternating the two
+// engines over two rounds and keeping each one's best time, for 1 and 2 threads
+// (TQ_BENCH_THREADS overrides). It reports both speeds and their ratio (ours/llama.cpp). Use
+// -benchtime=1x.
+func BenchmarkVsLlamaCpp(b *testing.B) {
+	llamaBridge(b)
+	threadCounts := []int{1, 2}
+	if v, err := strconv.Atoi(os.Getenv("TQ_BENCH_THREADS")); err == nil && v > 0 {
+		threadCounts = []int{v}
+	}
+	const nPrompt, nGen, rounds = 128, 32, 2
+	for _, typ := range benchTypes() {
+		for _, threads := range threadCounts {
+			b.Run(fmt.Sprintf("%s/threads=%d", typ, threads), func(b *testing.B) {
+				path := benchModelPath(b, typ)
+				for i := 0; i < b.N; i++ {
+					bestLP, bestLG := math.Inf(1), math.Inf(1)
+					bestP, bestG, bestPG := math.Inf(1), math.Inf(1), math.Inf(1)
+					for r := 0; r < rounds; r++ {
+						var lr struct {
+							PromptMs float64 `json:"prompt_ms"`
+							GenMs    float64 `json:"gen_ms"`
+						}
+						runLlama(b, map[string]any{"op": "bench", "model": path, "prompt": nPrompt, "gen": nGen, "threads": threads, "ctx": 512}, &lr)
+						bestLP, bestLG = math.Min(bestLP, lr.PromptMs/1000), math.Min(bestLG, lr.GenMs/1000)
+						tp, tg := oursPromptGen(b, typ, Options{CtxSize: 512, Threads: threads}, nPrompt, nGen)
+						bestP, bestG = math.Min(bestP, tp), math.Min(bestG, tg)
+						tpg, _ := oursPromptGen(b, typ, Options{CtxSize: 512, Threads: threads, BatchGEMM: true}, nPrompt, 0)
+						bestPG = math.Min(bestPG, tpg)
+					}
+					b.ReportMetric(nPrompt/bestP, "prompt-tok/s")
+					b.ReportMetric(nGen/bestG, "gen-tok/s")
+					b.ReportMetric(nPrompt/bestLP, "llama-prompt-tok/s")
+					b.ReportMetric(nGen/bestLG, "llama-gen-tok/s")
+					b.ReportMetric(bestLP/bestP, "prompt-ratio")
+					b.ReportMetric(bestLP/bestPG, "prompt-ratio-batchgemm")
+					b.ReportMetric(bestLG/bestG, "gen-ratio")
+				}
+			})
+		}
+	}
+}
+
+// oursPromptGen times one prompt batch and nGen greedy decode steps (seconds).
+func oursPromptGen(b *testing.B, typ gguf.GGMLType, o Options, nPrompt, nGen int) (prompt, gen float64) {
+	m, done := loadBench(b, typ, o)
+	defer done()
+	s, _ := m.NewSession()
+	toks := make([]int32, nPrompt)
+	for i := range toks {
+		toks[i] = int32((i*7919 + 13) % 256) // the prompt llama.mjs uses
+	}
+	t0 := time.Now()
+	l, err := s.Eval(toks, LogitsLast)
+	if err != nil {
+		b.Fatal(err)
+	}
+	prompt = time.Since(t0).Seconds()
+	t0 = time.Now()
+	for j := 0; j < nGen; j++ {
+		if l, err = s.Eval([]int32{argmax(l[0])}, LogitsLast); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return prompt, time.Since(t0).Seconds()
+}

@@ -1,0 +1,163 @@
+package infer
+
+import (
+	"math"
+)
+
+// Element-wise building blocks, written to follow ggml's CPU ops in float32 (sums of squares in
+// float64 as ggml does).
+
+// rmsNorm writes y = x * (1/sqrt(mean(x²)+eps)) * w (w may be nil). y may alias x.
+func rmsNorm(y, x, w []float32, eps float32) {
+	var sum float64
+	for _, v := range x {
+		sum += float64(v * v)
+	}
+	mean := float32(sum / float64(len(x)))
+	scale := 1 / float32(math.Sqrt(float64(mean+eps)))
+	if w == nil {
+		for i, v := range x {
+			y[i] = v * scale
+		}
+		return
+	}
+	w = w[:len(x)]
+	for i, v := range x {
+		y[i] = (v * scale) * w[i]
+	}
+}
+
+// silu is x·σ(x) computed as x/(1+e^-x).
+func silu(x float32) float32 { return x / (1 + float32(math.Exp(float64(-x)))) }
+
+// swiglu writes g[i] = silu(g[i]) * u[i].
+func swiglu(g, u []float32) {
+	u = u[:len(g)]
+	for i, v := range g {
+		g[i] = silu(v) * u[i]
+	}
+}
+
+// softmaxInPlace computes softmax(x*scale) in float32 with a float64 sum, as ggml_soft_max does.
+func softmaxInPlace(x []float32, scale float32) {
+	mx := float32(math.Inf(-1))
+	for i := range x {
+		x[i] *= scale
+		if x[i] > mx {
+			mx = x[i]
+		}
+	}
+	var sum float64
+	for i, v := range x {
+		e := float32(math.Exp(float64(v - mx)))
+		x[i] = e
+		sum += float64(e)
+	}
+	inv := float32(1 / sum)
+	for i := range x {
+		x[i] *= inv
+	}
+}
+
+func addInPlace(y, x []float32) {
+	x = x[:len(y)]
+	for i := range y {
+		y[i] += x[i]
+	}
+}
+
+// ropeParams holds everything needed to rotate a head at a position, as ggml_rope_ext computes it.
+type ropeParams struct {
+	mode       RopeMode
+	nRot       int
+	thetaScale float32
+	freqScale  float32
+	extFactor  float32
+	attnFactor float32
+	corr       [2]float32
+	freqs      []float32 // optional per-pair divisors (rope_freqs.weight)
+}
+
+func newRopeParams(c *Config, freqs []float32) ropeParams {
+	p := ropeParams{
+		mode:       c.RopeMode,
+		nRot:       c.NRot,
+		thetaScale: float32(math.Pow(float64(float32(c.RopeBase)), float64(-2/float32(c.NRot)))),
+		freqScale:  1,
+		attnFactor: 1,
+		freqs:      freqs,
+	}
+	if c.Rope.Type != "none" && c.Rope.Factor != 0 {
+		p.freqScale = float32(1 / c.Rope.Factor)
+	}
+	if c.Rope.Type == "yarn" {
+		p.extFactor = 1
+		factor := 1 / p.freqScale
+		mscale := func(scale float32) float32 {
+			if scale <= 1 {
+				return 1
+			}
+			return 0.1*float32(math.Log(float64(scale))) + 1
+		}
+		p.attnFactor = mscale(factor)
+		p.attnFactor *= 1 / (1 + 0.1*float32(math.Log(float64(factor))))
+		orig := c.Rope.OrigCtx
+		if orig == 0 {
+			orig = c.CtxTrain
+		}
+		corrDim := func(beta float64) float64 {
+			return float64(c.NRot) * math.Log(float64(orig)/(beta*2*math.Pi)) / (2 * math.Log(float64(float32(c.RopeBase))))
+		}
+		start := math.Floor(float64(float32(corrDim(c.Rope.YarnBetaFst))))
+		end := math.Ceil(float64(float32(corrDim(c.Rope.YarnBetaSlw))))
+		p.corr = [2]float32{float32(max(0, start)), float32(min(float64(c.NRot-1), end))}
+	}
+	p.attnFactor *= float32(c.Rope.AttnFactor)
+	return p
+}
+
+// cache fills cs (length nRot) with interleaved cos/sin for position pos.
+func (p *ropeParams) cache(cs []float32, pos int) {
+	theta := float32(pos)
+	for i0 := 0; i0 < p.nRot; i0 += 2 {
+		ff := float32(1)
+		if p.freqs != nil {
+			ff = p.freqs[i0/2]
+		}
+		thetaExtrap := theta / ff
+		thetaInterp := p.freqScale * thetaExtrap
+		th := thetaInterp
+		mscale := p.attnFactor
+		if p.extFactor != 0 {
+			y := (float32(i0/2) - p.corr[0]) / max(0.001, p.corr[1]-p.corr[0])
+			ramp := (1 - min(1, max(0, y))) * p.extFactor
+			th = thetaInterp*(1-ramp) + thetaExtrap*ramp
+			mscale *= 1 + 0.1*float32(math.Log(float64(1/p.freqScale)))
+		}
+		cs[i0] = float32(math.Cos(float64(th))) * mscale
+		cs[i0+1] = float32(math.Sin(float64(th))) * mscale
+		theta *= p.thetaScale
+	}
+}
+
+// apply rotates one head vector x (length head_dim) in place using a cache from [ropeParams.cache].
+func (p *ropeParams) apply(x, cs []float32) {
+	n := p.nRot
+	if p.mode == RopeNeox {
+		h := n / 2
+		for i0 := 0; i0 < n; i0 += 2 {
+			c, s := cs[i0], cs[i0+1]
+			j := i0 / 2
+			x0, x1 := x[j], x[j+h]
+			x[j] = x0*c - x1*s
+			x[j+h] = x0*s + x1*c
+		}
+		return
+	}
+	for i0 := 0; i0 < n; i0 += 2 {
+		c, s := cs[i0], cs[i0+1]
+		x0, x1 := x[i0], x[i0+1]
+		x[i0] = x0*c - x1*s
+		x[i0+1] = x0*s + x1*c
+	}
+}

@@ -1,0 +1,136 @@
+package infer
+
+import (
+	"fmt"
+	"runtime"
+
+	"github.com/tq-project/tq/gguf"
+)
+
+// Options configure a loaded model and the sessions it makes.
+type Options struct {
+	// Threads is the number of worker goroutines (<= 0: all CPUs).
+	Threads int
+	// CtxSize is the KV cache length in tokens (<= 0: the training context, capped at 4096).
+	CtxSize int
+	// CacheTypeK and CacheTypeV are the KV cache types as llama.cpp names them: "f16" (default),
+	// "f32", "bf16", "q8_0", "q4_0".
+	CacheTypeK, CacheTypeV string
+	// BatchSize is the most tokens evaluated together through each layer (<= 0: 512).
+	BatchSize int
+	// FullPrecision computes every matrix product in float32 on dequantized weights without
+	// rounding the activations to the weight type's vec_dot type (f16, q8_0, q8_K) first, as
+	// calibration and reference runs want. By default activations are rounded as llama.cpp's
+	// CPU backend rounds them, for parity.
+	FullPrecision bool
+	// BatchGEMM also runs multi-token products of quantized weights as a float32 GEMM on
+	// dequantized weight tiles (activations still rounded): about twice as fast for long
+	// prompts with the AVX2 kernels, but a long float32 accumulation moves activations across
+	// rounding boundaries of the next q8 conversion more often than ggml's block-exact integer
+	// sums, so agreement with llama.cpp is looser. Float weights always use the GEMM for batches.
+	BatchGEMM bool
+
+	// gemmMin is the smallest batch that uses the tiled f32 GEMM (0: defaultGemmMin; < 0:
+	// never). Tests use it to force one path.
+	gemmMin int
+}
+
+// defaultGemmMin: from this many rows on, a product dequantizes weight tiles and runs the f32
+// GEMM kernel instead of one integer dot product per (row, token).
+const defaultGemmMin = 8
+
+// Model is a loaded model: hyperparameters, weights (in place) and a worker pool.
+type Model struct {
+	cfg       *Config
+	src       Source
+	opts      Options
+	tk, tv    gguf.GGMLType
+	tokEmbd   *linear
+	outNorm   []float32
+	output    *linear
+	ropeFreqs []float32
+	blocks    []*block
+	rope      ropeParams
+	pool      *pool
+	wscratch  [][]float32 // per-worker scratch (dequantized rows etc.)
+	maxRow    int
+}
+
+// Load checks the source's hyperparameters and tensors and prepares a model. The tensors' bytes
+// are used in place; Source must keep them valid until the model is closed.
+func Load(src Source, opts Options) (*Model, error) {
+	cfg, err := ReadConfig(src)
+	if err != nil {
+		return nil, fmt.Errorf("infer: %w", err)
+	}
+	spec := archs[cfg.Arch]
+	m := &Model{cfg: cfg, src: src, opts: opts}
+	if m.tk, err = ParseCacheType(opts.CacheTypeK); err != nil {
+		return nil, fmt.Errorf("infer: cache-type-k: %w", err)
+	}
+	if m.tv, err = ParseCacheType(opts.CacheTypeV); err != nil {
+		return nil, fmt.Errorf("infer: cache-type-v: %w", err)
+	}
+	if m.opts.CtxSize <= 0 {
+		m.opts.CtxSize = min(cfg.CtxTrain, 4096)
+		if m.opts.CtxSize <= 0 {
+			m.opts.CtxSize = 4096
+		}
+	}
+	if m.opts.CtxSize > maxDim {
+		return nil, fmt.Errorf("infer: context size %d is too large", m.opts.CtxSize)
+	}
+	if m.opts.BatchSize <= 0 {
+		m.opts.BatchSize = 512
+	}
+	ld := &loader{src: src, used: map[string]bool{}}
+	emb, ok := src.Tensor("token_embd.weight")
+	if !ok {
+		return nil, fmt.Errorf("infer: tensor %q is missing", "token_embd.weight")
+	}
+	if len(emb.Dims) < 2 || emb.Dims[1] <= 0 || emb.Dims[1] > 1<<28 {
+		return nil, fmt.Errorf("infer: tensor %q has shape %v, want [%d n_vocab]", "token_embd.weight", emb.Dims, cfg.NEmbd)
+	}
+	cfg.NVocab = int(emb.Dims[1])
+	m.tokEmbd = ld.linear("token_embd.weight", cfg.NEmbd, cfg.NVocab, 1, true)
+	m.outNorm = ld.vector("output_norm.weight", cfg.NEmbd, true)
+	m.output = ld.linear("output.weight", cfg.NEmbd, cfg.NVocab, 1, false)
+	if m.output == nil && ld.err == nil {
+		m.output = m.tokEmbd
+	}
+	if spec.loadGlobal != nil {
+		spec.loadGlobal(ld, cfg, m)
+	}
+	for il := 0; il < cfg.NLayer && ld.err == nil; il++ {
+		m.blocks = append(m.blocks, spec.loadBlock(ld, cfg, il))
+	}
+	ld.checkAllUsed()
+	if ld.err != nil {
+		return nil, fmt.Errorf("infer: %s: %w", cfg.Arch, ld.err)
+	}
+	m.rope = newRopeParams(cfg, m.ropeFreqs)
+	m.pool = newPool(opts.Threads)
+	m.maxRow = max(cfg.NEmbd, cfg.NFF, cfg.NFFExp, cfg.QDim(), cfg.NVocab, m.opts.CtxSize)
+	m.wscratch = make([][]float32, m.pool.threads())
+	for i := range m.wscratch {
+		m.wscratch[i] = make([]float32, m.maxRow)
+	}
+	// stop the workers when the model becomes unreachable
+	runtime.AddCleanup(m, func(p *pool) { p.close() }, m.pool)
+	return m, nil
+}
+
+// Config returns the model's hyperparameters.
+func (m *Model) Config() *Config { return m.cfg }
+
+// Options returns the options in effect (defaults filled in).
+func (m *Model) Options() Options { return m.opts }
+
+// Threads is the number of worker goroutines.
+func (m *Model) Threads() int { return m.pool.threads() }
+
+// Close stops the worker goroutines. The model must not be used afterwards.
+func (m *Model) Close() error {
+	m.pool.close()
+	return nil
+}

@@ -1,0 +1,114 @@
+package infer
+
+import "sort"
+
+// moeScratch holds the buffers of a mixture-of-experts FFN pass.
+type moeScratch struct {
+	logits  []float32
+	sel     []int32
+	wts     []float32
+	slotOut []float32 // T·k rows of n_embd: each (token, slot) expert output
+	xe, ge  []float32
+	ue, ye  []float32
+	rows    []int // (token*k + slot) entries routed to the current expert
+	order   []int
+}
+
+// topK writes the indices of the k largest p into sel in descending order (ties: lower index
+// first).
+func topK(p []float32, k int, sel []int32, order []int) {
+	order = order[:len(p)]
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return p[order[a]] > p[order[b]] })
+	for j := 0; j < k; j++ {
+		sel[j] = int32(order[j])
+	}
+}
+
+func (f *moeFFN) forward(s *Session, il int, h []float32, T int, out []float32) {
+	c := s.m.cfg
+	E, nE, k := c.NEmbd, f.nExpert, f.nUsed
+	nff := f.gate.out
+	ms := &s.moe
+	ms.logits = grow(ms.logits, T*nE)
+	if cap(ms.sel) < T*k {
+		ms.sel = make([]int32, T*k)
+	}
+	ms.sel = ms.sel[:T*k]
+	ms.wts = grow(ms.wts, T*k)
+	if cap(ms.order) < nE {
+		ms.order = make([]int, nE)
+	}
+	s.linear(f.router, h, T, ms.logits)
+	for t := 0; t < T; t++ {
+		p := ms.logits[t*nE : (t+1)*nE]
+		softmaxInPlace(p, 1)
+		sel := ms.sel[t*k : (t+1)*k]
+		topK(p, k, sel, ms.order)
+		var sum float64
+		for _, e := range sel {
+			sum += float64(p[e])
+		}
+		den := max(float32(sum), 6.103515625e-5)
+		for j, e := range sel {
+			ms.wts[t*k+j] = p[e] / den
+		}
+	}
+	if s.obs != nil {
+		s.obs.Route(il, ms.sel, ms.wts, T, k)
+	}
+	ms.slotOut = grow(ms.slotOut, T*k*E)
+	for e := 0; e < nE; e++ {
+		ms.rows = ms.rows[:0]
+		for i, se := range ms.sel {
+			if int(se) == e {
+				ms.rows = append(ms.rows, i)
+			}
+		}
+		n := len(ms.rows)
+		if n == 0 {
+			continue
+		}
+		ms.xe = grow(ms.xe, n*E)
+		for j, i := range ms.rows {
+			t := i / k
+			copy(ms.xe[j*E:(j+1)*E], h[t*E:(t+1)*E])
+		}
+		ms.ge = grow(ms.ge, n*nff)
+		ms.ue = grow(ms.ue, n*nff)
+		ms.ye = grow(ms.ye, n*E)
+		if s.obs != nil {
+			s.obs.Linear(f.gate.name, e, ms.xe, n, E)
+			s.obs.Linear(f.up.name, e, ms.xe, n, E)
+		}
+		s.matmul(f.gate, e, ms.xe, n, ms.ge)
+		s.matmul(f.up, e, ms.xe, n, ms.ue)
+		swiglu(ms.ge, ms.ue)
+		if s.obs != nil {
+			s.obs.Linear(f.down.name, e, ms.ge, n, nff)
+		}
+		s.matmul(f.down, e, ms.ge, n, ms.ye)
+		for j, i := range ms.rows {
+			copy(ms.slotOut[i*E:(i+1)*E], ms.ye[j*E:(j+1)*E])
+		}
+	}
+	// out = Σ_slots w·y in slot order, as llama.cpp adds the weighted expert outputs.
+	for t := 0; t < T; t++ {
+		o := out[t*E : (t+1)*E]
+		for j := 0; j < k; j++ {
+			w := ms.wts[t*k+j]
+			y := ms.slotOut[(t*k+j)*E : (t*k+j+1)*E]
+			if j == 0 {
+				for i := range o {
+					o[i] = y[i] * w
+				}
+				continue
+			}
+			for i := range o {
+				o[i] += y[i] * w
+			}
+		}
+	}
+}

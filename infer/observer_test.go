@@ -1,0 +1,223 @@
+package infer
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/infer/internal/testmodel"
+)
+
+type recObserver struct {
+	rows   map[string]int     // name -> rows seen (experts summed)
+	sumSq  map[string]float64 // name -> Σx²
+	cols   map[string]int
+	expert map[string]int // name/expert -> rows
+	routes int
+	bad    string
+}
+
+func newRec() *recObserver {
+	return &recObserver{rows: map[string]int{}, sumSq: map[string]float64{}, cols: map[string]int{}, expert: map[string]int{}}
+}
+
+func (r *recObserver) Linear(name string, expert int, x []float32, n, cols int) {
+	if len(x) != n*cols {
+		r.bad = fmt.Sprintf("%s: %d values for %d×%d", name, len(x), n, cols)
+	}
+	r.rows[name] += n
+	r.cols[name] = cols
+	for _, v := range x {
+		r.sumSq[name] += float64(v) * float64(v)
+	}
+	if expert >= 0 {
+		r.expert[fmt.Sprintf("%s/%d", name, expert)] += n
+	}
+}
+
+func (r *recObserver) Route(layer int, experts []int32, weights []float32, n, k int) {
+	r.routes++
+	for t := 0; t < n; t++ {
+		var s float64
+		for j := 0; j < k; j++ {
+			s += float64(weights[t*k+j])
+			for j2 := 0; j2 < j; j2++ {
+				if experts[t*k+j] == experts[t*k+j2] {
+					r.bad = "expert chosen twice"
+				}
+			}
+		}
+		if math.Abs(s-1) > 1e-5 {
+			r.bad = fmt.Sprintf("layer %d token %d: routing weights sum to %v", layer, t, s)
+		}
+	}
+}
+
+func TestObserver(t *testing.T) {
+	for _, arch := range []string{"qwen2", "qwen3moe"} {
+		t.Run(arch, func(t *testing.T) {
+			src := defaultSource(t, arch)
+			m, err := Load(src, Options{Threads: 2, CtxSize: 32})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			s, _ := m.NewSession()
+			rec := newRec()
+			s.SetObserver(rec)
+			const T = 10
+			if _, err := s.Eval(randTokens(5, T, 512), LogitsAll); err != nil {
+				t.Fatal(err)
+			}
+			if rec.bad != "" {
+				t.Fatal(rec.bad)
+			}
+			c := m.Config()
+			for il := 0; il < c.NLayer; il++ {
+				for _, n := range []string{"attn_q", "attn_k", "attn_v", "attn_output"} {
+					name := blkName(il, n+".weight")
+					if rec.rows[name] != T {
+						t.Errorf("%s: observed %d rows, want %d", name, rec.rows[name], T)
+					}
+				}
+				// q, k and v see the same normalised input
+				q, k := rec.sumSq[blkName(il, "attn_q.weight")], rec.sumSq[blkName(il, "attn_k.weight")]
+				if q != k || q == 0 {
+					t.Errorf("layer %d: Σx² differs between attn_q (%v) and attn_k (%v)", il, q, k)
+				}
+				if arch == "qwen3moe" {
+					want := T * c.NExpertUse
+					for _, n := range []string{"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"} {
+						name := blkName(il, n+".weight")
+						if rec.rows[name] != want {
+							t.Errorf("%s: %d routed rows, want %d", name, rec.rows[name], want)
+						}
+					}
+					if rec.rows[blkName(il, "ffn_gate_inp.weight")] != T {
+						t.Errorf("router saw %d rows", rec.rows[blkName(il, "ffn_gate_inp.weight")])
+					}
+				} else {
+					for _, n := range []string{"ffn_gate", "ffn_up", "ffn_down"} {
+						if got := rec.rows[blkName(il, n+".weight")]; got != T {
+							t.Errorf("%s: %d rows", n, got)
+						}
+					}
+					if rec.cols[blkName(il, "ffn_down.weight")] != c.NFF {
+						t.Errorf("ffn_down input width %d", rec.cols[blkName(il, "ffn_down.weight")])
+					}
+				}
+			}
+			if arch == "qwen3moe" && rec.routes != c.NLayer {
+				t.Errorf("Route called %d times, want %d", rec.routes, c.NLayer)
+			}
+			experts := 0
+			for k := range rec.expert {
+				if strings.HasPrefix(k, "blk.0.ffn_gate_exps") {
+					experts++
+				}
+			}
+			if arch == "qwen3moe" && experts < 2 {
+				t.Errorf("only %d experts used in layer 0", experts)
+			}
+			if rec.rows["output.weight"] != T {
+				t.Errorf("output.weight saw %d rows", rec.rows["output.weight"])
+			}
+		})
+	}
+}
+
+// The f32 batch path (dequantized weight tiles, unrounded activations) must agree with the
+// float64 reference on the same dequantized weights to float32 rounding when the KV cache is
+// f32, also for quantized weights.
+func TestFullPrecisionMatchesReference(t *testing.T) {
+	for _, arch := range []string{"llama", "qwen3moe"} {
+		t.Run(arch, func(t *testing.T) {
+			spec := testmodel.Default(arch)
+			spec.Types = map[string]gguf.GGMLType{"default": gguf.TypeQ4_K, "ffn_down": gguf.TypeQ6_K, "attn_v": gguf.TypeQ8_0}
+			src := buildSource(t, spec)
+			ref, err := NewReference(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := Load(src, Options{Threads: 2, CtxSize: 64, CacheTypeK: "f32", CacheTypeV: "f32", FullPrecision: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			toks := randTokens(8, 12, spec.Vocab)
+			want, _ := ref.Logits(toks)
+			s, _ := m.NewSession()
+			got, err := s.Eval(toks, LogitsAll)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var worst float64
+			for i := range toks {
+				l, _ := logitErr(got[i], want[i])
+				worst = math.Max(worst, l)
+			}
+			t.Logf("max rel logit err %.2e", worst)
+			if worst > 1e-4 {
+				t.Errorf("f32 batch path deviates from the reference: %.3e", worst)
+			}
+		})
+	}
+}
+
+// RoPE scaling (linear, YaRN) and llama's rope_freqs follow the float64 reference.
+func TestRopeVariantsMatchReference(t *testing.T) {
+	cases := []struct {
+		name  string
+		arch  string
+		typ   string
+		fac   float64
+		freqs bool
+	}{
+		{"linear", "qwen3", "linear", 4, false},
+		{"yarn", "qwen3", "yarn", 4, false},
+		{"yarn-llama", "llama", "yarn", 8, false},
+		{"rope_freqs", "llama", "", 0, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			spec := testmodel.Default(c.arch)
+			spec.RopeScaling, spec.RopeFactor, spec.RopeOrigCtx = c.typ, c.fac, 64
+			src := buildSource(t, spec)
+			if c.freqs {
+				f := make([]float32, spec.HeadDim/2)
+				for i := range f {
+					f[i] = 1 + float32(i%7)
+				}
+				src.Add(&Tensor{Name: "rope_freqs.weight", Type: gguf.TypeF32, Dims: []int64{int64(len(f))}, Data: f32Bytes(f)})
+			}
+			ref, err := NewReference(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := Load(src, Options{Threads: 2, CtxSize: 256, CacheTypeK: "f32", CacheTypeV: "f32"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			// long enough that positions beyond the original context matter for YaRN
+			toks := randTokens(9, 160, spec.Vocab)
+			want, _ := ref.Logits(toks)
+			s, _ := m.NewSession()
+			got, err := s.Eval(toks, LogitsAll)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var worst float64
+			for _, i := range []int{0, 50, 100, 159} {
+				l, _ := logitErr(got[i], want[i])
+				worst = math.Max(worst, l)
+			}
+			t.Logf("max rel logit err %.2e", worst)
+			if worst > 5e-4 {
+				t.Errorf("rope variant deviates from the reference: %.3e", worst)
+			}
+		})
+	}
+}

@@ -1,0 +1,374 @@
+package plan
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/tq-project/tq/gguf"
+)
+
+// Options describe the run to plan for.
+type Options struct {
+	Ctx        int           // context size (tokens)
+	CacheTypeK gguf.GGMLType // KV cache types (llama.cpp default f16)
+	CacheTypeV gguf.GGMLType
+	UBatch     int  // llama.cpp micro-batch (n_ubatch, default 512)
+	FlashAttn  bool // llama.cpp -fa: no n_kv×n_head score matrix in the compute buffer
+
+	VRAM       int64 // GPU memory budget in bytes (0: CPU only)
+	GPUReserve int64 // bytes of the budget kept free (driver, context, fragmentation)
+
+	CPUBandwidth float64 // GB/s of memory bandwidth available to decode on the CPU
+	GPUBandwidth float64 // GB/s of GPU memory bandwidth
+	CPUGFLOPS    float64 // sustained CPU GFLOP/s for prompt processing (0: no prompt prediction)
+	GPUTFLOPS    float64 // sustained GPU TFLOP/s for prompt processing (0: no prompt prediction)
+	Depth        int     // tokens already in the KV cache when predicting decode speed
+}
+
+// DefaultOptions: 4096 context, f16 cache, 512 micro-batch, no GPU, 40 GB/s CPU and 900 GB/s
+// GPU bandwidth, 512 MiB GPU reserve.
+func DefaultOptions() Options {
+	return Options{Ctx: 4096, CacheTypeK: gguf.TypeF16, CacheTypeV: gguf.TypeF16, UBatch: 512,
+		GPUReserve: 512 << 20, CPUBandwidth: 40, GPUBandwidth: 900}
+}
+
+// LayerBytes is the weight memory of one block by group.
+type LayerBytes struct {
+	Layer     int   `json:"layer"`
+	Attention int64 `json:"attention"`
+	FFN       int64 `json:"ffn"`
+	Router    int64 `json:"router,omitempty"`
+	Experts   int64 `json:"experts,omitempty"`
+	Norms     int64 `json:"norms"`
+	Total     int64 `json:"total"`
+	KV        int64 `json:"kv_cache"`
+}
+
+// Breakdown is the memory of the model at the options' context and cache types.
+type Breakdown struct {
+	Params        int64            `json:"params"`
+	ActiveParams  int64            `json:"active_params"`
+	Weights       int64            `json:"weights_bytes"`
+	BitsPerWeight float64          `json:"bits_per_weight"`
+	ByGroup       map[string]int64 `json:"by_group"`
+	ByType        []TypeBytes      `json:"by_type"`
+	Layers        []LayerBytes     `json:"layers"`
+	Embedding     int64            `json:"embedding_bytes"`
+	Output        int64            `json:"output_bytes"` // LM head + output norm (tied: the head is token_embd, counted in Embedding)
+	KVPerToken    int64            `json:"kv_bytes_per_token"`
+	KV            int64            `json:"kv_bytes"`
+	Compute       int64            `json:"compute_bytes"` // estimated compute buffer of one backend
+	Total         int64            `json:"total_bytes"`   // weights + KV + compute
+}
+
+// Placement is a split of the model between GPU and CPU.
+type Placement struct {
+	GPULayers   int     `json:"gpu_layers"`    // blocks on the GPU (the last ones, as -ngl offloads)
+	OutputOnGPU bool    `json:"output_on_gpu"` // LM head on the GPU (-ngl > n_layer)
+	CPUMoE      int     `json:"cpu_moe"`       // blocks (the first ones) whose experts stay on the CPU
+	GPUBytes    int64   `json:"gpu_bytes"`
+	CPUBytes    int64   `json:"cpu_bytes"`
+	Fits        bool    `json:"fits"`
+	DecodeTokS  float64 `json:"decode_tok_s"`
+	PromptTokS  float64 `json:"prompt_tok_s,omitempty"`
+	NGL         int     `json:"ngl"` // the -ngl value
+	Args        string  `json:"llama_args"`
+	OverrideArg string  `json:"override_tensor,omitempty"` // the -ot form of --n-cpu-moe
+}
+
+// Report is a complete plan.
+type Report struct {
+	Source    string    `json:"source"`
+	Shape     Shape     `json:"shape"`
+	Options   optJSON   `json:"options"`
+	Memory    Breakdown `json:"memory"`
+	Placement Placement `json:"placement"`
+}
+
+type optJSON struct {
+	Ctx          int     `json:"ctx"`
+	CacheTypeK   string  `json:"cache_type_k"`
+	CacheTypeV   string  `json:"cache_type_v"`
+	UBatch       int     `json:"ubatch"`
+	FlashAttn    bool    `json:"flash_attn"`
+	VRAM         int64   `json:"vram_bytes"`
+	GPUReserve   int64   `json:"gpu_reserve_bytes"`
+	CPUBandwidth float64 `json:"cpu_bw_gbs"`
+	GPUBandwidth float64 `json:"gpu_bw_gbs"`
+	CPUGFLOPS    float64 `json:"cpu_gflops,omitempty"`
+	GPUTFLOPS    float64 `json:"gpu_tflops,omitempty"`
+	Depth        int     `json:"depth"`
+}
+
+func (o Options) validate() error {
+	switch {
+	case o.Ctx <= 0 || o.Ctx > 1<<24:
+		return fmt.Errorf("context size %d out of range", o.Ctx)
+	case o.UBatch <= 0 || o.UBatch > 1<<20:
+		return fmt.Errorf("micro-batch %d out of range", o.UBatch)
+	case o.VRAM < 0 || o.GPUReserve < 0:
+		return fmt.Errorf("negative memory budget")
+	case o.CPUBandwidth <= 0 || o.GPUBandwidth <= 0 || math.IsNaN(o.CPUBandwidth+o.GPUBandwidth):
+		return fmt.Errorf("bandwidths must be > 0")
+	case o.CPUGFLOPS < 0 || o.GPUTFLOPS < 0:
+		return fmt.Errorf("negative throughput")
+	case o.Depth < 0 || o.Depth > o.Ctx:
+		return fmt.Errorf("depth %d outside the context %d", o.Depth, o.Ctx)
+	}
+	for _, t := range []gguf.GGMLType{o.CacheTypeK, o.CacheTypeV} {
+		switch t {
+		case gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16, gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ4_1, gguf.TypeQ5_0, gguf.TypeQ5_1, gguf.TypeIQ4_NL:
+		default:
+			return fmt.Errorf("unsupported KV cache type %s", t)
+		}
+	}
+	return nil
+}
+
+// kvRowBytes is the cache size of one token in one layer.
+func kvRowBytes(s Shape, o Options) (int64, error) {
+	kd := int64(s.NHeadKV * s.HeadDim)
+	k, err := o.CacheTypeK.RowBytes(kd)
+	if err != nil {
+		return 0, fmt.Errorf("cache-type-k: %v", err)
+	}
+	v, err := o.CacheTypeV.RowBytes(kd)
+	if err != nil {
+		return 0, fmt.Errorf("cache-type-v: %v", err)
+	}
+	return k + v, nil
+}
+
+// computeBytes estimates the compute buffer llama.cpp reserves on a backend that runs the
+// blocks (and, with head, the LM head): the largest live set of one micro-batch — hidden
+// states, the FFN intermediates (k expert slots for MoE), the attention score matrix
+// (n_head × n_ubatch × n_ctx f32 without flash attention) and, with head, the logits of a
+// full micro-batch (n_vocab × n_ubatch f32). It is an estimate: llama.cpp's graph allocator
+// decides the exact figure.
+func computeBytes(s Shape, o Options, head bool) int64 {
+	u := int64(o.UBatch)
+	hidden := 4 * u * int64(3*s.NEmbd+s.NHead*s.HeadDim+2*s.NHeadKV*s.HeadDim)
+	ffn := 4 * u * int64(2*s.NFF)
+	if s.MoE() {
+		ffn = 4 * u * int64(2*s.NFFExp*s.NExpertUsed+s.NExpert)
+	}
+	att := 4 * u * int64(s.NHead*s.HeadDim)
+	if !o.FlashAttn {
+		att = 2 * 4 * u * int64(s.NHead) * int64(o.Ctx)
+	}
+	peak := max(ffn, att)
+	if head {
+		peak = max(peak, 4*u*int64(s.NVocab))
+	}
+	return hidden + peak
+}
+
+// Analyze computes the memory breakdown and the best placement for the options.
+func Analyze(m *Model, o Options) (*Report, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	s := m.Shape
+	r := &Report{Source: m.Source, Shape: s, Options: optJSON{Ctx: o.Ctx, CacheTypeK: o.CacheTypeK.String(),
+		CacheTypeV: o.CacheTypeV.String(), UBatch: o.UBatch, FlashAttn: o.FlashAttn, VRAM: o.VRAM,
+		GPUReserve: o.GPUReserve, CPUBandwidth: o.CPUBandwidth, GPUBandwidth: o.GPUBandwidth,
+		CPUGFLOPS: o.CPUGFLOPS, GPUTFLOPS: o.GPUTFLOPS, Depth: o.Depth}}
+	b := &r.Memory
+	b.Params, b.ActiveParams = m.Params()
+	b.ByGroup = map[string]int64{}
+	b.ByType = m.typeSummary()
+	b.Layers = make([]LayerBytes, s.NLayer)
+	kvRow, err := kvRowBytes(s, o)
+	if err != nil {
+		return nil, err
+	}
+	b.KVPerToken = kvRow * int64(s.NLayer)
+	b.KV = b.KVPerToken * int64(o.Ctx)
+	for i := range b.Layers {
+		b.Layers[i].Layer = i
+		b.Layers[i].KV = kvRow * int64(o.Ctx)
+	}
+	for _, t := range m.Tensors {
+		b.Weights += t.Bytes
+		b.ByGroup[t.Group] += t.Bytes
+		if t.Layer < 0 {
+			switch t.Group {
+			case GroupEmbedding:
+				b.Embedding += t.Bytes
+			default:
+				b.Output += t.Bytes
+			}
+			continue
+		}
+		if t.Layer >= s.NLayer {
+			return nil, fmt.Errorf("tensor %q belongs to block %d, model has %d", t.Name, t.Layer, s.NLayer)
+		}
+		l := &b.Layers[t.Layer]
+		switch t.Group {
+		case GroupAttention:
+			l.Attention += t.Bytes
+		case GroupFFN:
+			l.FFN += t.Bytes
+		case GroupRouter:
+			l.Router += t.Bytes
+		case GroupExperts:
+			l.Experts += t.Bytes
+		default:
+			l.Norms += t.Bytes
+		}
+		l.Total += t.Bytes
+	}
+	if b.Params > 0 {
+		b.BitsPerWeight = float64(8*b.Weights) / float64(b.Params)
+	}
+	b.Compute = computeBytes(s, o, true)
+	b.Total = b.Weights + b.KV + b.Compute
+	r.Placement = bestPlacement(m, b, o)
+	return r, nil
+}
+
+// lmHeadBytes is the LM head read per token (token_embd when tied).
+func lmHeadBytes(m *Model) int64 {
+	var emb, out int64
+	for _, t := range m.Tensors {
+		switch t.Name {
+		case "output.weight":
+			out = t.Bytes
+		case "token_embd.weight":
+			emb = t.Bytes
+		}
+	}
+	if out == 0 {
+		return emb
+	}
+	return out
+}
+
+// evaluate fills in a placement's memory and speed.
+func evaluate(m *Model, b *Breakdown, o Options, ngl, cpuMoE int) Placement {
+	s := m.Shape
+	L := s.NLayer
+	p := Placement{GPULayers: min(ngl, L), OutputOnGPU: ngl > L, CPUMoE: cpuMoE, NGL: ngl}
+	first := L - p.GPULayers // first block on the GPU
+	var gpuRead, cpuRead float64
+	kvRead := float64(b.KVPerToken/int64(L)) * float64(o.Depth)
+	for i, l := range b.Layers {
+		dense := l.Total - l.Experts
+		activeExp := float64(l.Experts)
+		if s.MoE() {
+			activeExp = float64(l.Experts) * float64(s.NExpertUsed) / float64(s.NExpert)
+		}
+		if i >= first {
+			p.GPUBytes += dense + l.KV
+			gpuRead += float64(dense) + kvRead
+			if i < cpuMoE {
+				p.CPUBytes += l.Experts
+				cpuRead += activeExp
+			} else {
+				p.GPUBytes += l.Experts
+				gpuRead += activeExp
+			}
+		} else {
+			p.CPUBytes += l.Total + l.KV
+			cpuRead += float64(dense) + activeExp + kvRead
+		}
+	}
+	head := lmHeadBytes(m)
+	tiedHead := m.Shape.Tied
+	// the output norm and LM head
+	if p.OutputOnGPU {
+		p.GPUBytes += b.Output
+		if tiedHead {
+			p.GPUBytes += head // llama.cpp duplicates a tied head onto the output device
+		}
+		gpuRead += float64(head)
+	} else {
+		p.CPUBytes += b.Output
+		cpuRead += float64(head)
+	}
+	p.CPUBytes += b.Embedding
+	if p.GPULayers > 0 || p.OutputOnGPU {
+		p.GPUBytes += computeBytes(s, o, p.OutputOnGPU) + o.GPUReserve
+		p.CPUBytes += computeBytes(s, o, !p.OutputOnGPU) / 4 // host staging buffers; estimate
+	} else {
+		p.CPUBytes += computeBytes(s, o, true)
+	}
+	p.Fits = p.GPUBytes == 0 || p.GPUBytes <= o.VRAM
+	sec := cpuRead/(o.CPUBandwidth*1e9) + gpuRead/(o.GPUBandwidth*1e9)
+	if sec > 0 {
+		p.DecodeTokS = 1 / sec
+	}
+	if o.CPUGFLOPS > 0 && (o.GPUTFLOPS > 0 || (p.GPULayers == 0 && !p.OutputOnGPU)) {
+		// prompt: 2 FLOP per active weight per token, split by where the weights live
+		gpuFrac := gpuRead / max(gpuRead+cpuRead, 1)
+		flops := 2 * float64(b.ActiveParams)
+		t := flops * (1 - gpuFrac) / (o.CPUGFLOPS * 1e9)
+		if o.GPUTFLOPS > 0 {
+			t += flops * gpuFrac / (o.GPUTFLOPS * 1e12)
+		}
+		if t > 0 {
+			p.PromptTokS = 1 / t
+		}
+	}
+	p.Args, p.OverrideArg = llamaArgs(s, p, o)
+	return p
+}
+
+// bestPlacement tries every (-ngl, --n-cpu-moe) pair and keeps the fastest that fits; with no
+// VRAM it returns the CPU-only placement.
+func bestPlacement(m *Model, b *Breakdown, o Options) Placement {
+	L := m.Shape.NLayer
+	best := evaluate(m, b, o, 0, 0)
+	if o.VRAM <= 0 {
+		return best
+	}
+	maxMoE := 0
+	if m.Shape.MoE() {
+		maxMoE = L
+	}
+	for ngl := 0; ngl <= L+1; ngl++ {
+		for k := 0; k <= maxMoE; k++ {
+			if k > 0 && k <= L-min(ngl, L) {
+				continue // experts of CPU blocks are on the CPU anyway
+			}
+			p := evaluate(m, b, o, ngl, k)
+			if !p.Fits {
+				continue
+			}
+			if p.DecodeTokS > best.DecodeTokS*(1+1e-9) {
+				best = p
+			}
+			break // larger k only moves more to the CPU
+		}
+	}
+	return best
+}
+
+func llamaArgs(s Shape, p Placement, o Options) (args, ot string) {
+	var a []string
+	a = append(a, "-ngl", strconv.Itoa(p.NGL))
+	if p.CPUMoE > 0 {
+		a = append(a, "--n-cpu-moe", strconv.Itoa(p.CPUMoE))
+		var ids []string
+		for i := 0; i < p.CPUMoE; i++ {
+			ids = append(ids, strconv.Itoa(i))
+		}
+		ot = fmt.Sprintf(`blk\.(%s)\.ffn_(up|down|gate)_exps=CPU`, strings.Join(ids, "|"))
+	}
+	a = append(a, "-c", strconv.Itoa(o.Ctx))
+	if o.CacheTypeK != gguf.TypeF16 {
+		a = append(a, "--cache-type-k", o.CacheTypeK.String())
+	}
+	if o.CacheTypeV != gguf.TypeF16 {
+		a = append(a, "--cache-type-v", o.CacheTypeV.String())
+	}
+	if o.FlashAttn {
+		a = append(a, "-fa", "on")
+	}
+	if o.UBatch != 512 {
+		a = append(a, "-ub", strconv.Itoa(o.UBatch))
+	}
+	return strings.Join(a, " "), ot
+}

@@ -1,0 +1,276 @@
+package infer
+
+import (
+	"fmt"
+	"math"
+)
+
+// Logits selects the positions [Session.Eval] returns next-token logits for.
+type Logits int
+
+const (
+	// LogitsLast returns logits for the last token of the call only.
+	LogitsLast Logits = iota
+	// LogitsAll returns logits for every token of the call.
+	LogitsAll
+	// LogitsNone returns no logits (prefill only).
+	LogitsNone
+)
+
+// Session is one sequence being evaluated: a KV cache, a position and scratch buffers. A
+// session is not safe for concurrent use; several sessions may share a Model.
+type Session struct {
+	m   *Model
+	kv  *kvCache
+	pos int
+	obs Observer
+
+	capT                    int // tokens the scratch buffers hold
+	x, h, q, k, v, att, tmp []float32
+	g, u                    []float32
+	cs                      []float32
+	act                     []byte
+	xr                      []float32 // rounded activation rows (GEMM path)
+	qp                      [][]byte  // per-worker prepared query head
+	moe                     moeScratch
+}
+
+// NewSession allocates a KV cache of the model's context size.
+func (m *Model) NewSession() (*Session, error) {
+	kv, err := newKVCache(m.cfg, m.opts.CtxSize, m.tk, m.tv)
+	if err != nil {
+		return nil, fmt.Errorf("infer: %w", err)
+	}
+	s := &Session{m: m, kv: kv}
+	s.qp = make([][]byte, m.pool.threads())
+	for i := range s.qp {
+		s.qp[i] = f32Bytes(make([]float32, m.cfg.HeadDim))
+	}
+	return s, nil
+}
+
+// Model returns the session's model.
+func (s *Session) Model() *Model { return s.m }
+
+// Pos is the number of tokens in the KV cache.
+func (s *Session) Pos() int { return s.pos }
+
+// CtxSize is the KV cache capacity in tokens.
+func (s *Session) CtxSize() int { return s.kv.ctx }
+
+// KVBytes is the memory the KV cache holds.
+func (s *Session) KVBytes() int64 { return s.kv.bytes() }
+
+// Reset empties the KV cache.
+func (s *Session) Reset() { s.pos = 0 }
+
+// Truncate drops cached tokens from position n on (0 <= n <= Pos()).
+func (s *Session) Truncate(n int) error {
+	if n < 0 || n > s.pos {
+		return fmt.Errorf("infer: truncate to %d: session holds %d tokens", n, s.pos)
+	}
+	s.pos = n
+	return nil
+}
+
+// SetObserver installs (or, with nil, removes) an activation observer.
+func (s *Session) SetObserver(o Observer) { s.obs = o }
+
+func grow(b []float32, n int) []float32 {
+	if cap(b) < n {
+		return make([]float32, n)
+	}
+	return b[:n]
+}
+
+// beginBatch sizes the scratch buffers for a batch of T tokens.
+func (s *Session) beginBatch(T int) { s.ensure(T) }
+
+func (s *Session) ensure(T int) {
+	if T <= s.capT {
+		return
+	}
+	c := s.m.cfg
+	s.capT = T
+	s.x = grow(s.x, T*c.NEmbd)
+	s.h = grow(s.h, T*c.NEmbd)
+	s.tmp = grow(s.tmp, T*c.NEmbd)
+	s.q = grow(s.q, T*c.QDim())
+	s.att = grow(s.att, T*c.QDim())
+	s.k = grow(s.k, T*c.KVDim())
+	s.v = grow(s.v, T*c.KVDim())
+	s.g = grow(s.g, T*c.NFF)
+	s.u = grow(s.u, T*c.NFF)
+	s.cs = grow(s.cs, c.NRot)
+}
+
+// Eval appends tokens to the sequence, runs them through the model (in batches of at most
+// Options.BatchSize tokens per layer pass) and returns next-token logits as selected by want.
+// Each returned row has n_vocab entries and belongs to the caller.
+func (s *Session) Eval(tokens []int32, want Logits) ([][]float32, error) {
+	c := s.m.cfg
+	if len(tokens) == 0 {
+		return nil, fmt.Errorf("infer: no tokens to evaluate")
+	}
+	if s.pos+len(tokens) > s.kv.ctx {
+		return nil, fmt.Errorf("infer: %d tokens do not fit the context: %d already cached, context size %d", len(tokens), s.pos, s.kv.ctx)
+	}
+	for i, t := range tokens {
+		if t < 0 || int(t) >= c.NVocab {
+			return nil, fmt.Errorf("infer: token %d at index %d is outside the vocabulary (n_vocab %d)", t, i, c.NVocab)
+		}
+	}
+	var out [][]float32
+	B := s.m.opts.BatchSize
+	for off := 0; off < len(tokens); off += B {
+		batch := tokens[off:min(off+B, len(tokens))]
+		T := len(batch)
+		s.beginBatch(T)
+		s.embed(batch)
+		for il, b := range s.m.blocks {
+			s.layer(b, il, T, s.pos)
+		}
+		s.pos += T
+		var rows []int
+		switch want {
+		case LogitsAll:
+			for t := range T {
+				rows = append(rows, t)
+			}
+		case LogitsLast:
+			if off+T == len(tokens) {
+				rows = []int{T - 1}
+			}
+		}
+		if len(rows) > 0 {
+			out = append(out, s.logits(rows)...)
+		}
+	}
+	return out, nil
+}
+
+func (s *Session) embed(tokens []int32) {
+	E := s.m.cfg.NEmbd
+	emb := s.m.tokEmbd
+	for t, tok := range tokens {
+		if err := kDequant(emb.t, emb.row(0, int(tok)), s.x[t*E:(t+1)*E]); err != nil {
+			panic(err) // type checked at load
+		}
+	}
+}
+
+func (s *Session) logits(rows []int) [][]float32 {
+	c := s.m.cfg
+	E := c.NEmbd
+	R := len(rows)
+	h := s.h[:R*E]
+	for i, t := range rows {
+		rmsNorm(h[i*E:(i+1)*E], s.x[t*E:(t+1)*E], s.m.outNorm, float32(c.RMSEps))
+	}
+	flat := make([]float32, R*c.NVocab)
+	s.linear(s.m.output, h, R, flat)
+	out := make([][]float32, R)
+	for i := range out {
+		out[i] = flat[i*c.NVocab : (i+1)*c.NVocab : (i+1)*c.NVocab]
+	}
+	return out
+}
+
+func addBias(y, b []float32, T int) {
+	if b == nil {
+		return
+	}
+	n := len(b)
+	for t := 0; t < T; t++ {
+		addInPlace(y[t*n:(t+1)*n], b)
+	}
+}
+
+// layer runs block il on the T rows of s.x at positions pos0..pos0+T-1.
+func (s *Session) layer(b *block, il, T, pos0 int) {
+	c := s.m.cfg
+	E, hd := c.NEmbd, c.HeadDim
+	qd, kd := c.QDim(), c.KVDim()
+	eps := float32(c.RMSEps)
+	x, h := s.x[:T*E], s.h[:T*E]
+	for t := 0; t < T; t++ {
+		rmsNorm(h[t*E:(t+1)*E], x[t*E:(t+1)*E], b.attnNorm, eps)
+	}
+	s.linear(b.q, h, T, s.q[:T*qd])
+	addBias(s.q, b.bq, T)
+	s.linear(b.k, h, T, s.k[:T*kd])
+	addBias(s.k, b.bk, T)
+	s.linear(b.v, h, T, s.v[:T*kd])
+	addBias(s.v, b.bv, T)
+	for t := 0; t < T; t++ {
+		q := s.q[t*qd : (t+1)*qd]
+		k := s.k[t*kd : (t+1)*kd]
+		if b.qNorm != nil {
+			for i := 0; i < qd; i += hd {
+				rmsNorm(q[i:i+hd], q[i:i+hd], b.qNorm, eps)
+			}
+			for i := 0; i < kd; i += hd {
+				rmsNorm(k[i:i+hd], k[i:i+hd], b.kNorm, eps)
+			}
+		}
+		s.m.rope.cache(s.cs, pos0+t)
+		for i := 0; i < qd; i += hd {
+			s.m.rope.apply(q[i:i+hd], s.cs)
+		}
+		for i := 0; i < kd; i += hd {
+			s.m.rope.apply(k[i:i+hd], s.cs)
+		}
+		s.kv.store(il, pos0+t, k, s.v[t*kd:(t+1)*kd])
+	}
+	s.attention(il, T, pos0)
+	s.linear(b.o, s.att[:T*qd], T, s.tmp[:T*E])
+	addBias(s.tmp, b.bo, T)
+	addInPlace(x, s.tmp[:T*E])
+	for t := 0; t < T; t++ {
+		rmsNorm(h[t*E:(t+1)*E], x[t*E:(t+1)*E], b.ffnNorm, eps)
+	}
+	b.ffn.forward(s, il, h, T, s.tmp[:T*E])
+	addInPlace(x, s.tmp[:T*E])
+}
+
+// attention computes causal multi-head attention of the T query rows in s.q against the cache
+// (positions 0..pos0+t for row t) into s.att.
+func (s *Session) attention(il, T, pos0 int) {
+	c := s.m.cfg
+	hd, nh := c.HeadDim, c.NHead
+	grp := nh / c.NHeadKV
+	qd := c.QDim()
+	scale := 1 / float32(math.Sqrt(float64(hd)))
+	kv := s.kv
+	kk := kv.kk
+	s.m.pool.run(T*nh, 1, func(w, lo, hi int) {
+		sc := s.m.wscratch[w]
+		qp := s.qp[w]
+		var vt [512]float32
+		vtmp := vt[:]
+		if hd > len(vtmp) {
+			vtmp = make([]float32, hd)
+		}
+		for it := lo; it < hi; it++ {
+			t, hh := it/nh, it%nh
+			p := pos0 + t
+			g := hh / grp
+			kk.act.prep(qp, s.q[t*qd+hh*hd:t*qd+(hh+1)*hd])
+			scores := sc[:p+1]
+			for u := 0; u <= p; u++ {
+				scores[u] = kk.dot(kv.keyHead(il, u, g), qp, hd, nil)
+			}
+			softmaxInPlace(scores, scale)
+			kv.accumulateV(il, g, scores, s.att[t*qd+hh*hd:t*qd+(hh+1)*hd], vtmp)
+		}
+	})
+}
+
+func (f *denseFFN) forward(s *Session, il int, h []float32, T int, out []float32) {
+	n := f.gate.out
+	g, u := s.g[:T*n], s.u[:T*n]
+	s.linear(f.gate, h, T, g)
+	s.linear(f.up, h, T, u)
+	swiglu(g, u)
+	s.linear(f.down, g, T, out)
+}
