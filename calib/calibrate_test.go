@@ -1,0 +1,204 @@
+package calib
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/tq-project/tq/infer"
+	"github.com/tq-project/tq/internal/fixtures"
+)
+
+// TestCalibrateMatchesFullForward checks the layer-by-layer statistics against a
+// straightforward float64 accumulation of the activations a full (all layers at once) forward
+// pass feeds every linear layer, padding excluded, for a dense and a MoE model. The two
+// forwards use the same kernels and batch boundaries, so the sums agree to float64 rounding
+// (relative 1e-12); the max |x| must be equal exactly.
+func TestCalibrateMatchesFullForward(t *testing.T) {
+	for _, arch := range []string{"qwen3", "qwen3moe", "llama"} {
+		t.Run(arch, func(t *testing.T) {
+			o := fixtures.Preset(arch)
+			if arch == "llama" {
+				o.TieEmbeddings = true
+			}
+			dir := genModel(t, o)
+			vocab := vocabOf(t, dir)
+			seqs := randSeqs(7, 4, vocab, 40, 150, 64)
+			res := calibrate(t, dir, Options{Sequences: seqs, Threads: 2, UncoveredSample: -1, NoBaseline: true})
+
+			ms := fullSource(t, dir)
+			m, err := infer.Load(ms, infer.Options{Threads: 2, CtxSize: 256, CacheTypeK: "f32", CacheTypeV: "f32", FullPrecision: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			cfg := m.Config()
+			nv := newNaive(cfg.NExpert)
+			for _, s := range seqs {
+				sess, err := m.NewSession()
+				if err != nil {
+					t.Fatal(err)
+				}
+				sess.SetObserver(nv)
+				nv.start(s.Valid)
+				if _, err := sess.Eval(s.Tokens, infer.LogitsAll); err != nil {
+					t.Fatal(err)
+				}
+			}
+			st := res.Stats
+			checked := 0
+			for name, sums := range nv.sums {
+				ts := st.Tensors[name]
+				if ts == nil {
+					t.Fatalf("no statistics for %s", name)
+				}
+				for e := range sums {
+					if sums[e] == nil {
+						if ts.Counts[e] != 0 {
+							t.Errorf("%s expert %d: count %d, naive 0", name, e, ts.Counts[e])
+						}
+						continue
+					}
+					if ts.Counts[e] != nv.counts[name][e] {
+						t.Errorf("%s[%d]: count %d, naive %d", name, e, ts.Counts[e], nv.counts[name][e])
+					}
+					for c, want := range sums[e] {
+						got := ts.SumSq[e*ts.Cols+c]
+						if math.Abs(got-want) > 1e-12*math.Abs(want)+1e-300 {
+							t.Fatalf("%s[%d] column %d: Σx² %v, float64 reference %v", name, e, c, got, want)
+						}
+						if float64(ts.MaxAbs[e*ts.Cols+c]) != nv.maxes[name][e][c] {
+							t.Fatalf("%s[%d] column %d: max|x| %v, reference %v", name, e, c, ts.MaxAbs[e*ts.Cols+c], nv.maxes[name][e][c])
+						}
+					}
+					checked++
+				}
+			}
+			// every observed tensor has statistics and nothing extra was collected
+			for name := range st.Tensors {
+				if _, ok := nv.sums[name]; !ok {
+					t.Errorf("statistics for %s, which the full forward never fed", name)
+				}
+			}
+			if checked == 0 {
+				t.Fatal("nothing compared")
+			}
+			var valid int64
+			for _, s := range seqs {
+				valid += int64(s.Valid)
+			}
+			if st.Meta.Tokens != valid {
+				t.Errorf("meta tokens %d, want %d", st.Meta.Tokens, valid)
+			}
+			if cfg.NExpert > 0 {
+				if len(st.Routing) != cfg.NLayer {
+					t.Fatalf("%d routing layers, want %d", len(st.Routing), cfg.NLayer)
+				}
+				for _, r := range st.Routing {
+					var sum int64
+					for _, c := range r.Counts {
+						sum += c
+					}
+					if r.Tokens != valid || sum != valid*int64(r.K) {
+						t.Errorf("layer %d routing: %d tokens, %d selections; want %d and %d", r.Layer, r.Tokens, sum, valid, valid*int64(r.K))
+					}
+				}
+				if _, err := os.Stat(filepath.Join(filepath.Dir(res.ConfigPath), RoutingFile)); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+}
+
+// TestUncoveredExperts calibrates a MoE model with so few tokens that some experts are never
+// routed to: they must get statistics from the layer's tokens run through them (gate/up: the
+// FFN inputs, i.e. the router's inputs; down: silu(W_gate·x)·(W_up·x), checked against a
+// float64 computation, relative 1e-4), flagged synthetic, and be reported.
+func TestUncoveredExperts(t *testing.T) {
+	o := fixtures.Preset("qwen3moe")
+	o.Layers, o.Experts, o.ExpertsUsed = 1, 16, 2
+	dir := genModel(t, o)
+	seqs := randSeqs(2, 1, vocabOf(t, dir), 5, 5, 64)
+	var warned []string
+	res := calibrate(t, dir, Options{Sequences: seqs, Threads: 2, NoBaseline: true, NoSensitivity: true,
+		Warn: func(s string) { warned = append(warned, s) }})
+	cov := res.Coverage[0]
+	if len(cov.Uncovered) == 0 {
+		t.Fatal("every expert was routed; the test needs uncovered ones")
+	}
+	st := res.Stats
+	router := st.Tensors["blk.0.ffn_gate_inp.weight"]
+	gate, up, down := st.Tensors["blk.0.ffn_gate_exps.weight"], st.Tensors["blk.0.ffn_up_exps.weight"], st.Tensors["blk.0.ffn_down_exps.weight"]
+	ms := fullSource(t, dir)
+	wg := bytesAsF32(ms.tensors["blk.0.ffn_gate_exps.weight"].Data)
+	wu := bytesAsF32(ms.tensors["blk.0.ffn_up_exps.weight"].Data)
+	// the router inputs of the valid tokens, recovered by a full forward
+	m, err := infer.Load(ms, infer.Options{Threads: 2, CtxSize: 64, CacheTypeK: "f32", CacheTypeV: "f32", FullPrecision: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	rec := &rowRecorder{name: "blk.0.ffn_gate_inp.weight"}
+	sess, _ := m.NewSession()
+	sess.SetObserver(rec)
+	if _, err := sess.Eval(seqs[0].Tokens, infer.LogitsNone); err != nil {
+		t.Fatal(err)
+	}
+	E, F := gate.Cols, down.Cols
+	rows := rec.rows[:seqs[0].Valid*E]
+	for _, e := range cov.Uncovered {
+		for _, ts := range []*TensorStats{gate, up, down} {
+			if !ts.Synthetic[e] || ts.Counts[e] != int64(seqs[0].Valid) {
+				t.Fatalf("%s expert %d: synthetic %v count %d", ts.Name, e, ts.Synthetic[e], ts.Counts[e])
+			}
+		}
+		for c := 0; c < E; c++ {
+			if gate.SumSq[e*E+c] != router.SumSq[c] || up.SumSq[e*E+c] != router.SumSq[c] {
+				t.Fatalf("expert %d column %d: gate/up statistics differ from the FFN input's", e, c)
+			}
+		}
+		want := make([]float64, F)
+		for r := 0; r < seqs[0].Valid; r++ {
+			x := rows[r*E : (r+1)*E]
+			for j := 0; j < F; j++ {
+				var g, u float64
+				for c := 0; c < E; c++ {
+					g += float64(wg[(e*F+j)*E+c]) * float64(x[c])
+					u += float64(wu[(e*F+j)*E+c]) * float64(x[c])
+				}
+				a := g / (1 + math.Exp(-g)) * u
+				want[j] += a * a
+			}
+		}
+		for j, w := range want {
+			if got := down.SumSq[e*F+j]; math.Abs(got-w) > 1e-4*w+1e-12 {
+				t.Fatalf("expert %d down column %d: Σx² %v, float64 %v", e, j, got, w)
+			}
+		}
+	}
+	for e := range gate.Counts {
+		if !slices.Contains(cov.Uncovered, e) && gate.Synthetic[e] {
+			t.Errorf("routed expert %d flagged synthetic", e)
+		}
+	}
+	if len(warned) == 0 || !strings.Contains(strings.Join(warned, "\n"), "never routed") {
+		t.Errorf("no warning about never-routed experts: %v", warned)
+	}
+}
+
+type rowRecorder struct {
+	name string
+	rows []float32
+}
+
+func (r *rowRecorder) Linear(name string, _ int, x []float32, n, cols int) {
+	if name == r.name {
+		r.rows = append(r.rows, x[:n*cols]...)
+	}
+}
+
+func (r *rowRecorder) Route(int, []int32, []float32, int, int) {}

@@ -1,0 +1,176 @@
+package calib
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/infer"
+	"github.com/tq-project/tq/internal/convert"
+	"github.com/tq-project/tq/internal/fixtures"
+)
+
+// genModel writes a fixture model and returns its folder.
+func genModel(t testing.TB, o fixtures.Options) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "model-"+o.Arch)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := fixtures.Generate(dir, o); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// randSeqs returns n sequences of random tokens below vocab with lengths padded to a multiple
+// of pad; the valid prefix is shorter than the padded length for some of them.
+func randSeqs(seed uint64, n, vocab, minLen, maxLen, pad int) []Sequence {
+	rng := rand.New(rand.NewPCG(seed, 99))
+	out := make([]Sequence, n)
+	for i := range out {
+		valid := minLen + rng.IntN(maxLen-minLen+1)
+		l := (valid + pad - 1) / pad * pad
+		toks := make([]int32, l)
+		for j := range toks {
+			toks[j] = int32(rng.IntN(vocab))
+		}
+		for j := valid; j < l; j++ {
+			toks[j] = 0 // padding
+		}
+		out[i] = Sequence{Tokens: toks, Valid: valid}
+	}
+	return out
+}
+
+// fullSource loads every tensor of an HF folder as F32 into an infer.Source.
+func fullSource(t testing.TB, dir string) *metaSource {
+	t.Helper()
+	src, err := convert.OpenHFAsGGUF(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	ms := &metaSource{md: src.Metadata(), tensors: map[string]*infer.Tensor{}}
+	for _, d := range src.Tensors() {
+		buf := make([]float32, elements(d.Shape))
+		if err := readTensor(src, d, buf); err != nil {
+			t.Fatal(err)
+		}
+		ms.tensors[d.Name] = &infer.Tensor{Name: d.Name, Type: gguf.TypeF32, Dims: d.Shape, Data: f32Bytes(buf)}
+	}
+	return ms
+}
+
+func vocabOf(t testing.TB, dir string) int {
+	src, err := convert.OpenHFAsGGUF(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	for _, d := range src.Tensors() {
+		if d.Name == "token_embd.weight" {
+			return int(d.Shape[1])
+		}
+	}
+	t.Fatal("no token_embd.weight")
+	return 0
+}
+
+// naiveObserver records float64 sums of squares per tensor and matrix straight from the
+// observer calls of a full forward pass, for rows before the valid length.
+type naiveObserver struct {
+	sums   map[string][][]float64
+	counts map[string][]int64
+	maxes  map[string][][]float64
+	valid  int
+	seen   map[string]int
+	nexp   int
+	route  map[int][]int32 // per layer: experts of the current batch
+	routeK int
+	rseen  map[int]int
+}
+
+func newNaive(nexp int) *naiveObserver {
+	return &naiveObserver{sums: map[string][][]float64{}, counts: map[string][]int64{}, maxes: map[string][][]float64{},
+		seen: map[string]int{}, nexp: nexp, route: map[int][]int32{}, rseen: map[int]int{}}
+}
+
+func (o *naiveObserver) start(valid int) {
+	o.valid = valid
+	o.seen = map[string]int{}
+	o.rseen = map[int]int{}
+	o.route = map[int][]int32{}
+}
+
+func (o *naiveObserver) acc(name string, e, nmat int, row []float32) {
+	if o.sums[name] == nil {
+		o.sums[name] = make([][]float64, nmat)
+		o.maxes[name] = make([][]float64, nmat)
+		o.counts[name] = make([]int64, nmat)
+	}
+	if o.sums[name][e] == nil {
+		o.sums[name][e] = make([]float64, len(row))
+		o.maxes[name][e] = make([]float64, len(row))
+	}
+	for c, v := range row {
+		o.sums[name][e][c] += float64(v) * float64(v)
+		o.maxes[name][e][c] = math.Max(o.maxes[name][e][c], math.Abs(float64(v)))
+	}
+	o.counts[name][e]++
+}
+
+func (o *naiveObserver) Linear(name string, expert int, x []float32, n, cols int) {
+	if expert < 0 {
+		off := o.seen[name]
+		o.seen[name] += n
+		for r := 0; r < n; r++ {
+			if off+r < o.valid {
+				o.acc(name, 0, 1, x[r*cols:(r+1)*cols])
+			}
+		}
+		return
+	}
+	// rows of expert e are the tokens routed to it, in order
+	l := Layer(name)
+	sel := o.route[l]
+	off := o.rseen[l]
+	j := 0
+	for i, e := range sel {
+		if int(e) != expert {
+			continue
+		}
+		tok := off + i/o.routeK
+		if tok < o.valid {
+			o.acc(name, expert, o.nexp, x[j*cols:(j+1)*cols])
+		}
+		j++
+	}
+	if j != n {
+		panic("naive observer: routed row count mismatch")
+	}
+}
+
+func (o *naiveObserver) Route(layer int, experts []int32, _ []float32, n, k int) {
+	if prev, ok := o.route[layer]; ok && len(prev) > 0 {
+		o.rseen[layer] += len(prev) / k
+	}
+	o.route[layer] = append([]int32(nil), experts[:n*k]...)
+	o.routeK = k
+}
+
+func calibrate(t testing.TB, dir string, o Options) *Result {
+	t.Helper()
+	if o.OutDir == "" {
+		o.OutDir = filepath.Join(t.TempDir(), "out")
+	}
+	res, err := Calibrate(context.Background(), dir, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}

@@ -1,0 +1,68 @@
+package calib
+
+import (
+	"runtime"
+
+	"github.com/tq-project/tq/gguf"
+)
+
+// estimate is the memory accounted besides the hidden states kept in RAM.
+func (r *run) estimate() int64 {
+	c := r.cfg
+	var wmax int64
+	for il := 0; il < c.NLayer; il++ {
+		wmax = max(wmax, layerBytes(r.src, il))
+	}
+	B := int64(min(512, r.maxLen))
+	E, T := int64(c.NEmbd), int64(r.maxLen)
+	nff := int64(max(c.NFF, c.NFFExp))
+	act := B * (3*E + 2*int64(c.QDim()) + 2*int64(c.KVDim()) + 2*nff)
+	if c.NExpert > 0 {
+		k := int64(max(c.NExpertUse, 1))
+		act += B*int64(c.NExpert) + B*k*E + 2*B*E + 2*B*int64(c.NFFExp)
+		s := int64(max(r.opts.UncoveredSample, 0))
+		act += s*E + 2*s*int64(c.NFFExp)
+	}
+	kv := 2 * T * int64(c.KVDim())
+	threads := int64(r.threadCount())
+	maxRow := max(E, nff, int64(c.QDim()), T)
+	pool := threads * (maxRow + 64*max(E, nff))
+	hiddenBufs := 2 * T * E                          // scratch floats + byte buffer
+	search := 3 * 256 * max(E, nff, int64(c.QDim())) // chunk, reconstruction, codes
+	var stats int64
+	for _, d := range layerDescs(r.src, 0) {
+		nm := int64(1)
+		if len(d.Shape) > 2 {
+			nm = d.Shape[2]
+		}
+		stats += 12 * d.Shape[0] * nm
+	}
+	floats := act + kv + pool + hiddenBufs + search
+	const runtimeBase = 80 << 20 // Go runtime, binary, tokenizer metadata
+	return wmax + 4*floats + stats + runtimeBase + metadataBytes(r.md)
+}
+
+func (r *run) threadCount() int {
+	if r.opts.Threads > 0 {
+		return r.opts.Threads
+	}
+	return runtime.NumCPU()
+}
+
+// metadataBytes approximates the memory of the model's metadata (tokenizer arrays).
+func metadataBytes(md gguf.Metadata) int64 {
+	var n int64
+	for _, kv := range md {
+		v := kv.Value
+		if v.Type() == gguf.ValueArray {
+			if ss, ok := v.AsStrings(); ok {
+				for _, s := range ss {
+					n += int64(len(s)) + 16
+				}
+				continue
+			}
+			n += int64(v.Len()) * 8
+		}
+	}
+	return 2 * n
+}

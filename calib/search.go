@@ -1,0 +1,280 @@
+package calib
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/internal/convert/policy"
+	"github.com/tq-project/tq/quant"
+)
+
+// Parameter search (docs/calibration.md, "Search"): every tensor in layers_to_quantize is
+// quantized with one scale per group of group_size weights (and a min per 32 where the
+// container has one: int4 asymmetric), the scale and codes chosen to minimise the squared
+// error weighted by the column importance Σx²/n (quant.ModeImproved with importance weights:
+// a grid of candidate scales refined by weighted least squares, fp16 neighbours tried, the best
+// kept per group). The container and group size are exactly those internal/convert writes
+// (policy.TurboConfig.WeightContainer), so the recorded errors are those of the final file.
+
+// TensorChoice is the search result of one tensor (recorded in quantize_config.json "tensors").
+type TensorChoice struct {
+	// Type is the ggml type the tensor is stored as ("q4_0", "q4_k", "q8_0", "f16", ...).
+	Type string `json:"type"`
+	// GroupSize is the number of consecutive weights sharing a scale (0: the type's block).
+	GroupSize int `json:"group_size"`
+	// Shape is the tensor's ggml shape.
+	Shape []int64 `json:"shape"`
+	// Weighted reports whether importance weights were available for every matrix.
+	Weighted bool `json:"weighted"`
+	// BPW is the storage cost of Type in bits per weight.
+	BPW float64 `json:"bpw"`
+	// RMSE and WeightedRMSE are the plain and importance-weighted root mean squared weight
+	// errors of the chosen quantization; SNRdB is 10·log10(ΣW²/Σ(W−Ŵ)²) (ExactSNR when
+	// the reconstruction is exact).
+	RMSE         float64 `json:"rmse"`
+	WeightedRMSE float64 `json:"weighted_rmse"`
+	SNRdB        float64 `json:"snr_db"`
+	// OutputNSR is the predicted output noise-to-signal ratio Σ w_c·ΔW²/Σ w_c·W² over all
+	// elements (w the importance of the element's column in its matrix).
+	OutputNSR float64 `json:"output_nsr"`
+	// OutputMSE is the predicted mean squared error added to the layer's outputs per token:
+	// Σ_e p_e Σ_r Σ_c w_{e,c}·ΔW²_{e,r,c} / rows (p_e the share of tokens routed to expert e,
+	// 1 for dense weights).
+	OutputMSE float64 `json:"output_mse"`
+	// UnweightedWeightedRMSE is the weighted RMSE an unweighted search reaches on the same
+	// container (the gain of importance weighting is UnweightedWeightedRMSE/WeightedRMSE).
+	UnweightedWeightedRMSE float64 `json:"unweighted_search_weighted_rmse,omitempty"`
+	// AltType/AltBPW/AltOutputMSE describe the other bit width (int8 when the choice is int4
+	// and vice versa), measured for the sensitivity figure.
+	AltType      string  `json:"alt_type,omitempty"`
+	AltBPW       float64 `json:"alt_bpw,omitempty"`
+	AltOutputMSE float64 `json:"alt_output_mse,omitempty"`
+	// Sensitivity is the predicted output error removed per extra bit of storage:
+	// |OutputMSE(4-bit) − OutputMSE(8-bit)| · rows / (elements · (bpw(8-bit) − bpw(4-bit))),
+	// i.e. output squared error per token per bit. A size-budget solver spends bits where this
+	// is largest.
+	Sensitivity float64 `json:"sensitivity"`
+	// SampledRows is the number of rows per matrix measured (0: all).
+	SampledRows int `json:"sampled_rows,omitempty"`
+	// Note explains adaptations (fallback types, missing statistics).
+	Note string `json:"note,omitempty"`
+}
+
+// SearchOptions configure SearchTensor.
+type SearchOptions struct {
+	// Config is the turboquant policy (weight_dtype, group_size, symmetric).
+	Config *policy.TurboConfig
+	// Threads bounds the quantizer's goroutines (0: all CPUs).
+	Threads int
+	// NoBaseline skips the unweighted comparison run.
+	NoBaseline bool
+	// NoSensitivity skips the other-bit-width run (Sensitivity stays 0).
+	NoSensitivity bool
+	// ChunkRows bounds the rows quantized at once (memory); 0 means 256.
+	ChunkRows int
+	// SampleRows > 0 measures only about that many rows per tensor, evenly spread over each
+	// matrix (SampleRows/nmat per matrix, at least 16): the figures are then estimates; convert
+	// quantizes every row with the same search. <= 0 measures all rows.
+	SampleRows int
+}
+
+const minSampleRows = 16
+
+// ExactSNR is the SNRdB recorded for an exact reconstruction (JSON has no infinity).
+const ExactSNR = 999.0
+
+// MatrixReader reads rows [r0, r0+n) of matrix e of a tensor into dst (n·cols values).
+type MatrixReader func(e, r0, n int, dst []float32) error
+
+type errAcc struct {
+	sq, wsq, sig, wsig, w float64 // Σd², Σw·d², Σx², Σw·x², Σw (per element)
+	n                     int64
+}
+
+// quantizeRows quantizes rows with container t (group > 0: shared symmetric group scales) and
+// writes the reconstruction into deq.
+func quantizeRows(t gguf.GGMLType, group int, x []float32, rows, cols int, imp []float32, threads int, name string, buf []byte, deq []float32) ([]byte, error) {
+	rs, err := quant.RowSize(t, cols)
+	if err != nil {
+		return buf, fmt.Errorf("calib: tensor %s: %w", name, err)
+	}
+	if cap(buf) < rows*rs {
+		buf = make([]byte, rows*rs)
+	}
+	buf = buf[:rows*rs]
+	opts := &quant.Options{Importance: imp, Mode: quant.ModeImproved, Threads: threads, TensorName: name}
+	if group > 0 && (t == gguf.TypeQ4_0 || t == gguf.TypeQ8_0) {
+		bits := 4
+		if t == gguf.TypeQ8_0 {
+			bits = 8
+		}
+		if _, err := quant.QuantizeSymmetricGroups(bits, group, buf, x, rows, cols, opts); err != nil {
+			return buf, err
+		}
+	} else if err := quant.Quantize(t, buf, x, rows, cols, opts); err != nil {
+		return buf, err
+	}
+	if err := quant.Dequantize(t, deq[:rows*cols], buf); err != nil {
+		return buf, fmt.Errorf("calib: tensor %s: %w", name, err)
+	}
+	return buf, nil
+}
+
+func (a *errAcc) add(x, y, w []float32, cols int) {
+	for i, v := range x {
+		d := float64(v) - float64(y[i])
+		wc := 1.0
+		if w != nil {
+			wc = float64(w[i%cols])
+		}
+		a.sq += d * d
+		a.wsq += wc * d * d
+		a.sig += float64(v) * float64(v)
+		a.wsig += wc * float64(v) * float64(v)
+		a.w += wc
+	}
+	a.n += int64(len(x))
+}
+
+func bpw(t gguf.GGMLType) float64 {
+	tr, ok := t.Traits()
+	if !ok || tr.BlockSize == 0 {
+		return 0
+	}
+	return 8 * float64(tr.TypeSize) / float64(tr.BlockSize)
+}
+
+// SearchTensor runs the parameter search for one tensor of nmat matrices of rows×cols (ggml
+// shape {cols, rows[, nmat]}) and measures the result. imp(e) returns the importance of matrix
+// e (nil when unknown: that matrix is searched unweighted); share(e) its share of the tokens
+// (1 for dense weights).
+func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int) []float32, share func(e int) float64, o *SearchOptions) (*TensorChoice, error) {
+	if len(shape) < 2 || shape[0] <= 0 || shape[1] <= 0 {
+		return nil, fmt.Errorf("calib: tensor %s: shape %v is not a matrix", name, shape)
+	}
+	cols, rows, nmat := int(shape[0]), int(shape[1]), 1
+	if len(shape) > 2 {
+		nmat = int(shape[2])
+	}
+	cfg := o.Config
+	t, group, note := cfg.WeightContainer(int64(cols))
+	ch := &TensorChoice{Type: t.String(), GroupSize: group, Shape: append([]int64(nil), shape...), BPW: bpw(t), Note: note, Weighted: true}
+	tr, _ := t.Traits()
+	if !tr.Quantized {
+		return ch, nil
+	}
+	alt := *cfg
+	if cfg.WeightDType == "int8" {
+		alt.WeightDType = "int4"
+	} else {
+		alt.WeightDType = "int8"
+	}
+	at, agroup, _ := alt.WeightContainer(int64(cols))
+	if o.NoSensitivity {
+		at = 0
+	}
+	chunkRows := o.ChunkRows
+	if chunkRows <= 0 {
+		chunkRows = 256
+	}
+	sel := make([]int, 0, rows)
+	per := 0
+	if o.SampleRows > 0 {
+		per = max(minSampleRows, (o.SampleRows+nmat-1)/nmat)
+	}
+	if per > 0 && rows > per {
+		for i := 0; i < per; i++ {
+			sel = append(sel, int(int64(i)*int64(rows)/int64(per)))
+		}
+		ch.SampledRows = per
+	} else {
+		for i := 0; i < rows; i++ {
+			sel = append(sel, i)
+		}
+	}
+	chunkRows = min(chunkRows, len(sel))
+	x := make([]float32, chunkRows*cols)
+	deq := make([]float32, chunkRows*cols)
+	var qbuf []byte
+	var main, base, altAcc errAcc
+	var outMSE, altMSE float64
+	for e := 0; e < nmat; e++ {
+		w := imp(e)
+		if w == nil {
+			ch.Weighted = false
+		} else if len(w) != cols {
+			return nil, fmt.Errorf("calib: tensor %s: importance has %d values, rows have %d", name, len(w), cols)
+		}
+		p := share(e)
+		for c0 := 0; c0 < len(sel); c0 += chunkRows {
+			idx := sel[c0:min(c0+chunkRows, len(sel))]
+			n := len(idx)
+			xs := x[:n*cols]
+			for i := 0; i < n; {
+				j := i + 1
+				for j < n && idx[j] == idx[j-1]+1 {
+					j++
+				}
+				if err := read(e, idx[i], j-i, xs[i*cols:j*cols]); err != nil {
+					return nil, err
+				}
+				i = j
+			}
+			var err error
+			if qbuf, err = quantizeRows(t, group, xs, n, cols, w, o.Threads, name, qbuf, deq); err != nil {
+				return nil, err
+			}
+			before := main.wsq
+			main.add(xs, deq[:n*cols], w, cols)
+			outMSE += p * (main.wsq - before)
+			if w != nil && !o.NoBaseline {
+				if qbuf, err = quantizeRows(t, group, xs, n, cols, nil, o.Threads, name, qbuf, deq); err != nil {
+					return nil, err
+				}
+				base.add(xs, deq[:n*cols], w, cols)
+			}
+			if at != 0 {
+				if qbuf, err = quantizeRows(at, agroup, xs, n, cols, w, o.Threads, name, qbuf, deq); err != nil {
+					return nil, err
+				}
+				before := altAcc.wsq
+				altAcc.add(xs, deq[:n*cols], w, cols)
+				altMSE += p * (altAcc.wsq - before)
+			}
+		}
+	}
+	// the sums cover the sampled rows: scale the per-token output error to all rows
+	scale := float64(rows) / float64(len(sel))
+	outMSE *= scale
+	altMSE *= scale
+	n := float64(main.n)
+	ch.RMSE = math.Sqrt(main.sq / n)
+	ch.WeightedRMSE = math.Sqrt(main.wsq / main.w)
+	if main.sq > 0 {
+		ch.SNRdB = 10 * math.Log10(main.sig/main.sq)
+	} else {
+		ch.SNRdB = ExactSNR
+	}
+	if main.wsig > 0 {
+		ch.OutputNSR = main.wsq / main.wsig
+	}
+	ch.OutputMSE = outMSE / float64(rows)
+	if base.n > 0 {
+		ch.UnweightedWeightedRMSE = math.Sqrt(base.wsq / base.w)
+	}
+	if at != 0 {
+		ch.AltType, ch.AltBPW = at.String(), bpw(at)
+		ch.AltOutputMSE = altMSE / float64(rows)
+		if db := math.Abs(ch.AltBPW - ch.BPW); db > 0 {
+			ch.Sensitivity = math.Abs(ch.OutputMSE-ch.AltOutputMSE) / (float64(cols) * float64(nmat) * db)
+		}
+	}
+	if !ch.Weighted {
+		if ch.Note != "" {
+			ch.Note += "; "
+		}
+		ch.Note += "no activation statistics for some matrices: searched unweighted there"
+	}
+	return ch, nil
+}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tq-project/tq/calib"
+	"github.com/tq-project/tq/internal/fixtures"
+)
+
+// TestCalibrateCommand runs `tq calibrate` on a generated model with the built-in prompts
+// (truncated to keep it short) and checks the outputs and the JSON result.
+func TestCalibrateCommand(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "model")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	o := fixtures.Preset("qwen3")
+	o.Layers = 1
+	if err := fixtures.Generate(dir, o); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	dat := filepath.Join(t.TempDir(), "im.dat")
+	var stdout, stderr bytes.Buffer
+	rootCmd.SetOut(&stdout)
+	rootCmd.SetErr(&stderr)
+	rootCmd.SetArgs([]string{"calibrate", dir, "-o", out, "--max-length", "128", "--threads", "2", "--json",
+		"--export-imatrix", dat, "--kv-cache-dtype", "fp16"})
+	defer rootCmd.SetArgs(nil)
+	if err := rootCmd.Execute(); err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	var res struct {
+		ConfigPath string                `json:"config_path"`
+		Config     *calib.QuantizeConfig `json:"config"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, stdout.String())
+	}
+	if res.Config == nil || res.Config.NumPrompts != 32 || res.Config.KVCacheDType != "f16" || len(res.Config.Tensors) == 0 {
+		t.Fatalf("result %+v", res.Config)
+	}
+	for _, f := range []string{calib.ConfigFile, calib.IMatrixFile, calib.StatsFile} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := calib.LoadIMatrix(dat, nil); err != nil {
+		t.Errorf("exported .dat: %v", err)
+	}
+	rootCmd.SetArgs([]string{"calibrate", dir, "-o", out, "--calibration-method", "kl"})
+	if err := rootCmd.Execute(); err == nil || !strings.Contains(err.Error(), "weighted MSE") {
+		t.Errorf("--calibration-method kl: %v", err)
+	}
+}
