@@ -20,6 +20,7 @@ type tokenizeOptions struct {
 	parseSpecial bool
 	noSpecial    bool
 	count        bool
+	calib        calibTokenizeOptions
 }
 
 func init() {
@@ -31,6 +32,12 @@ func init() {
 (tokenizer.json, with transformers' rules) or of a GGUF file (tokenizer.ggml.* metadata, with
 llama.cpp's rules).
 
+With --calibration-out FILE it builds a calibration token file instead: the prompts (the
+built-in 32-prompt set — 12 tool-call, 10 long-document, 10 math — or --calibration-dataset
+files) are rendered with the model's chat template, tokenized with special tokens parsed,
+truncated to --max-length and padded to a multiple of --pad-to-multiple-of with the pad token
+(docs/formats-tokfile.md). tq calibrate --calibration-dataset FILE reads it.
+
 Special tokens, as in llama-tokenize:
   --parse-special  control tokens written in the text (e.g. "<|im_start|>") become their ids;
                    without it they are tokenized as plain text. User-defined added tokens
@@ -39,12 +46,17 @@ Special tokens, as in llama-tokenize:
                    like llama-tokenize --no-bos.`,
 		Example: `  tq tokenize ./Qwen3-0.6B --prompt "Hello world" --show-pieces
   tq tokenize model.gguf --file prompt.txt --json
+  tq tokenize ./Qwen3-0.6B --calibration-out calib.tok
   echo "<|im_start|>user" | tq tokenize model.gguf --stdin --parse-special`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			tok, err := loadTokenizer(args[0])
 			if err != nil {
 				return err
+			}
+			if o.calib.out != "" {
+				o.calib.json = o.json
+				return runCalibrationTokenize(cmd, tok, &o.calib)
 			}
 			return runTokenize(cmd.OutOrStdout(), cmd.InOrStdin(), tok, o)
 		},
@@ -58,6 +70,7 @@ Special tokens, as in llama-tokenize:
 	f.BoolVar(&o.parseSpecial, "parse-special", false, "recognise control tokens written in the text")
 	f.BoolVar(&o.noSpecial, "no-special", false, "do not add the model's BOS/EOS tokens")
 	f.BoolVar(&o.count, "show-count", false, "print only the number of tokens")
+	addCalibTokenizeFlags(cmd, &o.calib)
 	rootCmd.AddCommand(cmd)
 }
 

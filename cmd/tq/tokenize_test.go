@@ -2,9 +2,16 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tq-project/tq/internal/fixtures"
+	"github.com/tq-project/tq/tokenizer/tokfile"
 )
 
 func TestTokenizeGGUF(t *testing.T) {
@@ -46,5 +53,49 @@ func TestTokenizeGGUF(t *testing.T) {
 	}
 	if err := runTokenize(&buf, nil, tok, &tokenizeOptions{}); err == nil {
 		t.Errorf("no input source accepted")
+	}
+}
+
+func TestTokenizeCalibrationOut(t *testing.T) {
+	dir := t.TempDir()
+	hfDir := filepath.Join(dir, "hf")
+	if err := fixtures.Generate(hfDir, fixtures.Preset("qwen3")); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "calib.tok")
+	var sum calibTokenizeSummary
+	js := tqCmd(t, "tokenize", hfDir, "--calibration-out", out, "--max-length", "1024", "--json")
+	if err := json.Unmarshal([]byte(js), &sum); err != nil {
+		t.Fatalf("%v\n%s", err, js)
+	}
+	f, err := tokfile.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Seqs) != 32 || sum.Sequences != 32 {
+		t.Fatalf("%d sequences in the file, %d reported; want the 32 built-in prompts", len(f.Seqs), sum.Sequences)
+	}
+	real := 0
+	for i, s := range f.Seqs {
+		if len(s.IDs)%64 != 0 && len(s.IDs) != 1024 || len(s.IDs) > 1024 {
+			t.Errorf("sequence %d has %d tokens: not padded to 64 or over --max-length", i, len(s.IDs))
+		}
+		for _, id := range s.IDs[s.AttnLen:] {
+			if id != f.PadID {
+				t.Fatalf("sequence %d: padding holds id %d, pad id is %d", i, id, f.PadID)
+			}
+		}
+		real += s.AttnLen
+	}
+	if real != sum.Tokens {
+		t.Errorf("file holds %d real tokens, summary says %d", real, sum.Tokens)
+	}
+	// The file's SHA-256 is the calibration hash calibrate records for it.
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := sha256.Sum256(b); sum.Hash != "sha256:"+hex.EncodeToString(h[:]) {
+		t.Errorf("calibration hash %s is not the file's SHA-256", sum.Hash)
 	}
 }
