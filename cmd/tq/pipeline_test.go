@@ -73,3 +73,22 @@ func TestPipelineCLI(t *testing.T) {
 		t.Errorf("empty plan")
 	}
 }
+
+// TestRunToolCall converts the trained tool-calling model (testdata/verify/toolmodel) to Q8_0
+// and asks it, through its chat template with --tools, for the weather: the greedy answer must
+// be the tool call it was trained to make.
+func TestRunToolCall(t *testing.T) {
+	root := repoRoot(t)
+	model := filepath.Join(t.TempDir(), "tool-q8_0.gguf")
+	tqCmd(t, "convert", filepath.Join(root, "testdata", "verify", "toolmodel"), "--outtype", "q8_0", "-o", model)
+	var r runResult
+	out := tqCmd(t, "run", model, "--tools", filepath.Join(root, "testdata", "demo", "tools-weather.json"),
+		"-p", "What's the weather like in Lisbon right now?", "-n", "96", "--temp", "0", "--json")
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	want := "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Lisbon\"}}\n</tool_call>"
+	if strings.TrimSpace(r.Text) != want {
+		t.Errorf("generated %q, want %q", r.Text, want)
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -19,6 +20,8 @@ import (
 
 type runOptions struct {
 	prompt, promptFile, system string
+	toolsFile                  string
+	noThink                    bool
 	n                          int
 	ctx, threads, batch        int
 	cacheK, cacheV             string
@@ -56,6 +59,8 @@ This build has no GPU backend: --n-gpu-layers and --vram are accepted and ignore
 	f.StringVarP(&o.promptFile, "file", "f", "", "read the prompt from a file")
 	f.StringVar(&o.system, "system", "", "system message (with --chat)")
 	f.BoolVar(&o.chat, "chat", false, "wrap the prompt in the model's chat template as a user message")
+	f.StringVar(&o.toolsFile, "tools", "", "JSON file with an array of tool definitions (OpenAI/transformers form) for the chat template (implies --chat)")
+	f.BoolVar(&o.noThink, "no-think", false, "render the template with enable_thinking=false (implies --chat)")
 	f.IntVarP(&o.n, "n-predict", "n", 128, "tokens to generate (-1: until end of text or a full context)")
 	f.IntVarP(&o.ctx, "ctx", "c", 4096, "context size in tokens")
 	f.IntVarP(&o.threads, "threads", "t", 0, "worker threads (0: all CPUs)")
@@ -128,7 +133,22 @@ func runRun(stdout, stderr io.Writer, path string, o *runOptions, seedSet bool) 
 	}
 	text := prompt
 	enc := tokenizer.EncodeOptions{AddSpecial: true, ParseSpecial: false}
+	if o.toolsFile != "" || o.noThink {
+		o.chat = true
+	}
 	if o.chat {
+		copts := chat.Options{AddGenerationPrompt: true, BOS: tok.TokenText(tok.BOS()), EOS: tok.TokenText(tok.EOS())}
+		if o.toolsFile != "" {
+			tools, err := readToolsFile(o.toolsFile)
+			if err != nil {
+				return err
+			}
+			copts.ToolsJSON = tools
+		}
+		if o.noThink {
+			off := false
+			copts.EnableThinking = &off
+		}
 		tmpl := tok.ChatTemplate()
 		if tmpl == "" {
 			return fmt.Errorf("%s: --chat: the model has no chat template (tokenizer.chat_template)", path)
@@ -138,8 +158,7 @@ func runRun(stdout, stderr io.Writer, path string, o *runOptions, seedSet bool) 
 			msgs = append(msgs, chat.Message{Role: "system", Content: o.system})
 		}
 		msgs = append(msgs, chat.Message{Role: "user", Content: prompt})
-		text, err = chat.Render(tmpl, msgs, chat.Options{AddGenerationPrompt: true,
-			BOS: tok.TokenText(tok.BOS()), EOS: tok.TokenText(tok.EOS())})
+		text, err = chat.Render(tmpl, msgs, copts)
 		if err != nil {
 			return fmt.Errorf("%s: chat template: %w", path, err)
 		}
@@ -271,4 +290,24 @@ func rssString(n int64) string {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20))
+}
+
+// readToolsFile reads a JSON array of tool definitions, keeping each one's key order (the
+// template serialises them with tojson, and models are trained on that exact text).
+func readToolsFile(path string) ([]json.RawMessage, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var tools []json.RawMessage
+	if err := json.Unmarshal(b, &tools); err != nil {
+		return nil, fmt.Errorf("%s: --tools wants a JSON array of tool definitions: %w", path, err)
+	}
+	for i, t := range tools {
+		var obj map[string]any
+		if json.Unmarshal(t, &obj) != nil {
+			return nil, fmt.Errorf("%s: tool %d is not a JSON object", path, i)
+		}
+	}
+	return tools, nil
 }
