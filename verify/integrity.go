@@ -392,47 +392,9 @@ func tokName(md gguf.Metadata) string {
 	return m
 }
 
-// ggufMeta adapts GGUF metadata to tokenizer.MetadataSource with the Go types it expects;
-// values of other GGUF types are passed as gguf.Value, which the tokenizer reports as a type
-// error (llama.cpp is type-strict).
-type ggufMeta gguf.Metadata
-
-func (g ggufMeta) Lookup(key string) (any, bool) {
-	v, ok := gguf.Metadata(g).Get(key)
-	if !ok {
-		return nil, false
-	}
-	switch v.Type() {
-	case gguf.ValueString:
-		s, _ := v.AsString()
-		return s, true
-	case gguf.ValueBool:
-		b, _ := v.AsBool()
-		return b, true
-	case gguf.ValueUint32:
-		u, _ := v.AsUint()
-		return uint32(u), true
-	case gguf.ValueArray:
-		if a, ok := gguf.ArrayOf[string](v); ok {
-			return a, true
-		}
-		if a, ok := gguf.ArrayOf[int32](v); ok {
-			return a, true
-		}
-		if a, ok := gguf.ArrayOf[float32](v); ok {
-			return a, true
-		}
-	}
-	return v, true
-}
-
 // tokenizerFromGGUF builds the tokenizer llama.cpp would build from the metadata.
 func tokenizerFromGGUF(md gguf.Metadata) (*tokenizer.Tokenizer, error) {
-	v, err := tokenizer.VocabFromMetadata(ggufMeta(md))
-	if err != nil {
-		return nil, err
-	}
-	return tokenizer.FromGGUF(v)
+	return tokenizer.FromGGUFMetadata(md)
 }
 
 // Turbo-quant provenance keys (written by tq convert --use-turboquant).

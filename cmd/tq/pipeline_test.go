@@ -7,12 +7,26 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/pflag"
+
 	"github.com/tq-project/tq/internal/fixtures"
 )
 
 // tqCmd runs the tq command line in-process and returns stdout.
 func tqCmd(t *testing.T, args ...string) string {
 	t.Helper()
+	// Flag values live in package variables and would leak from one in-process run to the
+	// next: put every flag of every command back to its default first.
+	for _, c := range rootCmd.Commands() {
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			if sv, ok := f.Value.(pflag.SliceValue); ok {
+				_ = sv.Replace(nil)
+			} else {
+				_ = f.Value.Set(f.DefValue)
+			}
+			f.Changed = false
+		})
+	}
 	var out, errb bytes.Buffer
 	rootCmd.SetOut(&out)
 	rootCmd.SetErr(&errb)

@@ -22,26 +22,9 @@ func tokenizerMetadata(dir string, arch string) (gguf.Metadata, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer of %s: %w", dir, err)
 	}
-	var md gguf.Metadata
-	for _, kv := range kvs {
-		var v gguf.Value
-		switch x := kv.Value.(type) {
-		case string:
-			v = gguf.String(x)
-		case []string:
-			v = gguf.Array(x)
-		case []int32:
-			v = gguf.Array(x)
-		case []float32:
-			v = gguf.Array(x)
-		case uint32:
-			v = gguf.Uint32(x)
-		case bool:
-			v = gguf.Bool(x)
-		default:
-			return nil, fmt.Errorf("tokenizer key %s: unexpected value type %T", kv.Key, kv.Value)
-		}
-		md.Set(kv.Key, v)
+	md, err := tokenizer.KeyValuesToGGUF(kvs)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer of %s: %w", dir, err)
 	}
 	if arch == "llama" {
 		if b, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json")); err == nil {
