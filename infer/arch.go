@@ -15,6 +15,8 @@ type archSpec struct {
 	// loadGlobal loads architecture-specific tensors outside the blocks (may be nil).
 	loadGlobal func(ld *loader, c *Config, m *Model)
 	loadBlock  func(ld *loader, c *Config, il int) *block
+	// readExtra reads architecture-specific hyperparameters after the common ones (may be nil).
+	readExtra func(r metaReader, c *Config) error
 }
 
 var archs = map[string]*archSpec{}
@@ -42,6 +44,8 @@ type block struct {
 	qNorm, kNorm   []float32
 	ffnNorm        []float32
 	ffn            ffnBlock
+	// hybrid, when set, replaces the standard layer (qwen35 / qwen35moe; arch_qwen35moe.go).
+	hybrid *hybridBlock
 }
 
 // ffnBlock is the feed-forward half of a block.

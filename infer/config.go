@@ -45,6 +45,10 @@ type Config struct {
 	NExpert    int
 	NExpertUse int
 	NFFExp     int // expert FFN width
+	// Hybrid holds the Gated DeltaNet / MTP hyperparameters of qwen35 and qwen35moe (nil for
+	// other architectures); NLayer then counts the decoder blocks the forward pass runs,
+	// without the MTP blocks (arch_qwen35moe.go).
+	Hybrid *HybridConfig
 }
 
 // maxDim bounds every size read from metadata so that hostile files cannot make us allocate
@@ -113,6 +117,11 @@ func ReadConfig(src Source) (*Config, error) {
 	}
 	if spec.moe && c.NFFExp == 0 && c.NExpertUse > 0 {
 		c.NFFExp = c.NFF / c.NExpertUse
+	}
+	if spec.readExtra != nil {
+		if err := spec.readExtra(r, c); err != nil {
+			return nil, err
+		}
 	}
 	return c, c.validate(spec)
 }

@@ -74,6 +74,9 @@ func newKVCache(c *Config, ctx int, tk, tv gguf.GGMLType) (*kvCache, error) {
 	kv.k = make([][]byte, c.NLayer)
 	kv.v = make([][]byte, c.NLayer)
 	for i := range kv.k {
+		if c.Hybrid != nil && i < len(c.Hybrid.Linear) && c.Hybrid.Linear[i] {
+			continue // Gated DeltaNet layers keep a recurrent state instead
+		}
 		// []float32 backing keeps the rows 4-byte aligned
 		kv.k[i] = f32Bytes(make([]float32, (ctx*kv.kRow+3)/4))[:ctx*kv.kRow]
 		kv.v[i] = f32Bytes(make([]float32, (ctx*kv.vRow+3)/4))[:ctx*kv.vRow]
@@ -83,7 +86,13 @@ func newKVCache(c *Config, ctx int, tk, tv gguf.GGMLType) (*kvCache, error) {
 
 // Bytes is the memory the cache holds.
 func (kv *kvCache) bytes() int64 {
-	return int64(len(kv.k)) * int64(kv.ctx) * int64(kv.kRow+kv.vRow)
+	var n int64
+	for _, k := range kv.k {
+		if k != nil {
+			n += int64(kv.ctx) * int64(kv.kRow+kv.vRow)
+		}
+	}
+	return n
 }
 
 // storeRow converts an f32 row into cache type t (ggml's CPU from_float for that type).

@@ -40,6 +40,13 @@ func NewLayerRunner(src Source, opts Options) (*LayerRunner, error) {
 	}
 	one := *cfg
 	one.NLayer = 1
+	if one.Hybrid != nil {
+		// the one-block model has no MTP blocks, and its KV cache and recurrent state serve
+		// whichever kind of block is loaded
+		h := *one.Hybrid
+		h.Linear, h.NextN = nil, 0
+		one.Hybrid = &h
+	}
 	m := &Model{cfg: &one, src: src, opts: opts}
 	if m.tk, err = ParseCacheType(opts.CacheTypeK); err != nil {
 		return nil, fmt.Errorf("infer: cache-type-k: %w", err)

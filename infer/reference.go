@@ -142,6 +142,9 @@ func (r *Reference) rope(x []float64, pos int) {
 
 // Logits returns next-token logits after every prefix of tokens (one row per token).
 func (r *Reference) Logits(tokens []int32) ([][]float64, error) {
+	if r.cfg.Hybrid != nil {
+		return r.hybridLogits(tokens)
+	}
 	c := r.cfg
 	E, hd := c.NEmbd, c.HeadDim
 	qd, kd := c.QDim(), c.KVDim()

@@ -33,6 +33,7 @@ type Session struct {
 	xr                      []float32 // rounded activation rows (GEMM path)
 	qp                      [][]byte  // per-worker prepared query head
 	moe                     moeScratch
+	hy                      *hybridState // recurrent state of qwen35 / qwen35moe (arch_qwen35moe.go)
 }
 
 // NewSession allocates a KV cache of the model's context size.
@@ -68,6 +69,9 @@ func (s *Session) Reset() { s.pos = 0 }
 func (s *Session) Truncate(n int) error {
 	if n < 0 || n > s.pos {
 		return fmt.Errorf("infer: truncate to %d: session holds %d tokens", n, s.pos)
+	}
+	if s.m.cfg.Hybrid != nil && n != 0 && n != s.pos {
+		return fmt.Errorf("infer: truncate to %d: the recurrent state of a %s model cannot be rolled back (only to 0)", n, s.m.cfg.Arch)
 	}
 	s.pos = n
 	return nil
@@ -188,6 +192,10 @@ func addBias(y, b []float32, T int) {
 
 // layer runs block il on the T rows of s.x at positions pos0..pos0+T-1.
 func (s *Session) layer(b *block, il, T, pos0 int) {
+	if b.hybrid != nil {
+		s.hybridLayer(b, il, T, pos0)
+		return
+	}
 	c := s.m.cfg
 	E, hd := c.NEmbd, c.HeadDim
 	qd, kd := c.QDim(), c.KVDim()

@@ -97,9 +97,14 @@ func runInspect(w io.Writer, path string, o *inspectOptions) error {
 		return err
 	}
 	var rep *inspectReport
-	if st.IsDir() {
+	switch {
+	case st.IsDir() && !hasWeights(path):
+		rep, err = inspectConfig(filepath.Join(path, "config.json"))
+	case st.IsDir():
 		rep, err = inspectHF(path, o)
-	} else {
+	case strings.HasSuffix(path, ".json"):
+		rep, err = inspectConfig(path)
+	default:
 		rep, err = inspectGGUF(path, o)
 	}
 	if err != nil {
@@ -191,14 +196,71 @@ func typeSummary[K comparable](byType map[K]*inspectType, total uint64) []inspec
 	return out
 }
 
+// hasWeights reports whether a folder holds safetensors weights (or an index of them).
+func hasWeights(dir string) bool {
+	m, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
+	_, err := os.Stat(filepath.Join(dir, "model.safetensors.index.json"))
+	return len(m) > 0 || err == nil
+}
+
+// inspectConfig describes a model from its config.json alone: hyperparameters and the
+// parameter counts the configuration implies (no weights needed).
+func inspectConfig(path string) (*inspectReport, error) {
+	c, err := hf.LoadConfig(path)
+	if err != nil {
+		return nil, err
+	}
+	rep := &inspectReport{Path: path, Format: "config", Hyper: map[string]any{}}
+	describeConfig(rep, c)
+	total, active, err := c.ParamCount()
+	if err != nil {
+		return nil, err
+	}
+	rep.TotalParams, rep.ActiveParams = uint64(total), active
+	rep.Types = []inspectType{}
+	return rep, nil
+}
+
 func inspectHF(dir string, o *inspectOptions) (*inspectReport, error) {
 	f, err := hf.Open(dir)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	c := f.Config
 	rep := &inspectReport{Path: dir, Format: "hf", Hyper: map[string]any{}}
+	describeConfig(rep, f.Config)
+	if _, active, err := f.ParamCount(); err == nil {
+		rep.ActiveParams = active
+	}
+	byType := map[string]*inspectType{}
+	for _, t := range f.Weights.Tensors() {
+		n := uint64(1)
+		for _, d := range t.Shape {
+			n *= uint64(d)
+		}
+		rep.TotalBytes += uint64(t.Size)
+		rep.TotalParams += n
+		key := t.DType.String()
+		it := byType[key]
+		if it == nil {
+			it = &inspectType{Type: key}
+			byType[key] = it
+		}
+		it.Tensors++
+		it.Params += n
+		it.Bytes += uint64(t.Size)
+		if !o.noTensors && (o.filterName == "" || strings.Contains(t.Name, o.filterName)) {
+			rep.Tensors = append(rep.Tensors, inspectTensor{Name: t.Name, Shape: append([]int64(nil), t.Shape...), Type: key, Bytes: uint64(t.Size)})
+		}
+	}
+	rep.Types = typeSummary(byType, rep.TotalBytes)
+	if rep.TotalParams > 0 {
+		rep.BitsPerW = float64(rep.TotalBytes) * 8 / float64(rep.TotalParams)
+	}
+	return rep, nil
+}
+
+func describeConfig(rep *inspectReport, c *hf.Config) {
 	arch, err := c.Arch()
 	if err != nil {
 		rep.Architecture = strings.Join(c.Architectures, ",") + " (unsupported: " + err.Error() + ")"
@@ -223,35 +285,6 @@ func inspectHF(dir string, o *inspectOptions) (*inspectReport, error) {
 		h["num_experts_per_tok"] = c.NumExpertsPerTok
 		h["moe_intermediate_size"] = c.MoeIntermediateSize
 	}
-	if _, active, err := f.ParamCount(); err == nil {
-		rep.ActiveParams = active
-	}
-	byType := map[string]*inspectType{}
-	for _, t := range f.Weights.Tensors() {
-		n := uint64(1)
-		for _, d := range t.Shape {
-			n *= uint64(d)
-		}
-		rep.TotalBytes += uint64(t.Size)
-		rep.TotalParams += n
-		key := string(t.DType)
-		it := byType[key]
-		if it == nil {
-			it = &inspectType{Type: key}
-			byType[key] = it
-		}
-		it.Tensors++
-		it.Params += n
-		it.Bytes += uint64(t.Size)
-		if !o.noTensors && (o.filterName == "" || strings.Contains(t.Name, o.filterName)) {
-			rep.Tensors = append(rep.Tensors, inspectTensor{Name: t.Name, Shape: append([]int64(nil), t.Shape...), Type: key, Bytes: uint64(t.Size)})
-		}
-	}
-	rep.Types = typeSummary(byType, rep.TotalBytes)
-	if rep.TotalParams > 0 {
-		rep.BitsPerW = float64(rep.TotalBytes) * 8 / float64(rep.TotalParams)
-	}
-	return rep, nil
 }
 
 func valueTypeName(v gguf.Value) string {
@@ -324,6 +357,10 @@ func printInspect(w io.Writer, r *inspectReport, o *inspectOptions) {
 	fmt.Fprintf(w, "parameters: %s", humanCount(r.TotalParams))
 	if r.ActiveParams > 0 && uint64(r.ActiveParams) != r.TotalParams {
 		fmt.Fprintf(w, " (%s active per token)", humanCount(uint64(r.ActiveParams)))
+	}
+	if r.Format == "config" {
+		fmt.Fprintf(w, "\n(no weights: counts implied by config.json; `tq plan %s --type TYPE` gives sizes per type)\n", r.Path)
+		return
 	}
 	fmt.Fprintf(w, "   size: %s   %.3f bits/weight\n", humanBytes(r.TotalBytes), r.BitsPerW)
 	if len(r.Provenance) > 0 {

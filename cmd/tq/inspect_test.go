@@ -119,3 +119,22 @@ func TestInspectGGUF(t *testing.T) {
 		t.Errorf("long array not summarised: %v", rep.Metadata)
 	}
 }
+
+// The real Qwen3.6-35B-A3B config.json (no weights) inspects to ~35B total, ~3B active.
+func TestInspectConfigOnly(t *testing.T) {
+	path := filepath.Join(repoRoot(t), "internal", "hf", "testdata", "qwen3.6-35b-a3b.config.json")
+	var buf bytes.Buffer
+	if err := runInspect(&buf, path, &inspectOptions{json: true}); err != nil {
+		t.Fatal(err)
+	}
+	var rep inspectReport
+	if err := json.Unmarshal(buf.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Architecture != "qwen35moe" || rep.Format != "config" {
+		t.Fatalf("arch %q format %q", rep.Architecture, rep.Format)
+	}
+	if rep.TotalParams < 34e9 || rep.TotalParams > 36e9 || rep.ActiveParams < 2.8e9 || rep.ActiveParams > 3.8e9 {
+		t.Errorf("params %d total / %d active, want ~35B / ~3B", rep.TotalParams, rep.ActiveParams)
+	}
+}

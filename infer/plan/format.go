@@ -67,6 +67,13 @@ func (r *Report) WriteTable(w io.Writer, perLayer bool) error {
 		types = append(types, fmt.Sprintf("%s %s", t.Type, HumanBytes(t.Bytes)))
 	}
 	fmt.Fprintf(tw, "weights\t%s (%.2f bits/weight): %s\n", HumanBytes(b.Weights), b.BitsPerWeight, strings.Join(types, ", "))
+	if b.MTPBytes > 0 {
+		fmt.Fprintf(tw, "MTP blocks\t%s in the file, not loaded for plain inference\n", HumanBytes(b.MTPBytes))
+	}
+	if h := s.Hybrid; h != nil {
+		fmt.Fprintf(tw, "hybrid\t%d of %d blocks Gated DeltaNet (%s recurrent state each), %d with KV cache\n",
+			len(h.Linear)-h.nFull(), len(h.Linear), HumanBytes(h.RecurrentBytes()), h.nFull())
+	}
 	tw.Flush()
 
 	fmt.Fprintln(w, "\nmemory by tensor group")

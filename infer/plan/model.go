@@ -34,6 +34,8 @@ type Shape struct {
 	QKVBias     bool   `json:"qkv_bias,omitempty"`
 	QKNorm      bool   `json:"qk_norm,omitempty"`
 	CtxTrain    int    `json:"ctx_train"`
+	// Hybrid is set for qwen35 / qwen35moe (hybrid.go).
+	Hybrid *HybridShape `json:"hybrid,omitempty"`
 }
 
 // MoE reports whether the model routes its FFN through experts.
@@ -103,7 +105,7 @@ func groupOf(name string) string {
 		return GroupRouter
 	case strings.HasPrefix(r, "ffn_"):
 		return GroupFFN
-	case strings.HasPrefix(r, "attn_"):
+	case strings.HasPrefix(r, "attn_"), strings.HasPrefix(r, "ssm_"):
 		return GroupAttention
 	}
 	return GroupNorm
@@ -169,6 +171,9 @@ func FromGGUF(path string) (*Model, error) {
 		NHeadKV: cfg.NHeadKV, HeadDim: cfg.HeadDim, NVocab: int(emb.Dims[1]), NExpert: cfg.NExpert,
 		NExpertUsed: cfg.NExpertUse, NFFExp: cfg.NFFExp, Tied: !hasOut, QKVBias: hasBias, QKNorm: hasQKN,
 		CtxTrain: cfg.CtxTrain}
+	if cfg.Hybrid != nil {
+		m.Shape.Hybrid = hybridShapeFromConfig(cfg)
+	}
 	return m, nil
 }
 
@@ -186,6 +191,8 @@ func ShapeFromHF(path string) (Shape, error) {
 		NHead: c.NumAttentionHeads, NHeadKV: c.NumKeyValueHeads, HeadDim: c.HeadDim, NVocab: c.VocabSize,
 		Tied: c.TieWordEmbeddings, CtxTrain: c.MaxPositionEmbeddings}
 	switch arch {
+	case "qwen35", "qwen35moe":
+		return hybridShapeFromHF(c, s)
 	case "qwen2":
 		s.QKVBias = true
 	case "qwen3", "qwen3moe":
@@ -279,6 +286,9 @@ func FromShape(s Shape, mix TypeMix) (*Model, error) {
 	if err := s.validate(); err != nil {
 		return nil, err
 	}
+	if s.Hybrid != nil {
+		return fromHybridShape(s, mix)
+	}
 	m := &Model{Shape: s, Source: "shape"}
 	E, qd, kd := int64(s.NEmbd), int64(s.NHead*s.HeadDim), int64(s.NHeadKV*s.HeadDim)
 	add := func(name string, dims ...int64) error {
@@ -338,11 +348,15 @@ func FromHF(path string, mix TypeMix) (*Model, error) {
 }
 
 // Params returns the total parameter count and the count active per token (experts counted
-// n_expert_used times per layer instead of n_expert; the tied LM head counted once).
+// n_expert_used times per layer instead of n_expert; the tied LM head counted once; MTP
+// blocks in the total only).
 func (m *Model) Params() (total, active int64) {
 	for _, t := range m.Tensors {
 		n := t.Elements()
 		total += n
+		if m.Shape.isMTP(t) {
+			continue
+		}
 		if t.Group == GroupExperts && m.Shape.NExpert > 0 {
 			active += n / int64(m.Shape.NExpert) * int64(m.Shape.NExpertUsed)
 		} else {
@@ -356,6 +370,9 @@ func (m *Model) Params() (total, active int64) {
 func (m *Model) typeSummary() []TypeBytes {
 	by := map[string]int64{}
 	for _, t := range m.Tensors {
+		if m.Shape.isMTP(t) {
+			continue // not loaded (Breakdown.MTPBytes)
+		}
 		by[t.TypeS] += t.Bytes
 	}
 	var out []TypeBytes

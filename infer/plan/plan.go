@@ -60,7 +60,10 @@ type Breakdown struct {
 	KVPerToken    int64            `json:"kv_bytes_per_token"`
 	KV            int64            `json:"kv_bytes"`
 	Compute       int64            `json:"compute_bytes"` // estimated compute buffer of one backend
-	Total         int64            `json:"total_bytes"`   // weights + KV + compute
+	// MTPBytes are the MTP blocks of a hybrid model, in the file but not loaded by llama.cpp
+	// for plain inference (not in Weights).
+	MTPBytes int64 `json:"mtp_bytes,omitempty"`
+	Total    int64 `json:"total_bytes"` // weights + KV + compute
 }
 
 // Placement is a split of the model between GPU and CPU.
@@ -190,7 +193,14 @@ func Analyze(m *Model, o Options) (*Report, error) {
 		b.Layers[i].Layer = i
 		b.Layers[i].KV = kvRow * int64(o.Ctx)
 	}
+	if s.Hybrid != nil {
+		hybridKV(s, b, kvRow, o)
+	}
 	for _, t := range m.Tensors {
+		if s.isMTP(t) {
+			b.MTPBytes += t.Bytes
+			continue
+		}
 		b.Weights += t.Bytes
 		b.ByGroup[t.Group] += t.Bytes
 		if t.Layer < 0 {

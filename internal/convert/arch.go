@@ -13,7 +13,8 @@ import (
 )
 
 // archDef is everything tq knows about one architecture. Each architecture lives in its own
-// file (arch_llama.go, arch_qwen2.go, arch_qwen3.go, arch_qwen3moe.go): the Hugging Face ->
+// file (arch_llama.go, arch_qwen2.go, arch_qwen3.go, arch_qwen3moe.go, arch_qwen35moe.go for
+// qwen35 and qwen35moe): the Hugging Face ->
 // GGUF tensor names, the transforms and the metadata keys, as llama.cpp's converter
 // (convert_hf_to_gguf.py, conversion/*.py) writes them.
 type archDef struct {
@@ -33,9 +34,25 @@ type archDef struct {
 	metadata func(c *archCtx, md *gguf.Metadata) error
 	// extra returns generated tensors (rope_freqs for llama3 RoPE scaling).
 	extra func(c *archCtx) ([]*tensorPlan, error)
+
+	// hybrid marks the Qwen3.5 hybrid-attention architectures (arch_qwen35moe.go): their
+	// hyper-parameters are read by newHybridDims, MTP layers are renamed, and transform,
+	// required and expectedNE take over the per-tensor rules below.
+	hybrid bool
+	// sharedExperts: llama.cpp loads ffn_*_shexp tensors for this architecture.
+	sharedExperts bool
+	// rename maps a checkpoint name (after the language_model. filter) to the name the
+	// layer/global maps see (MTP layers -> model.layers.{n_layer + k}.*).
+	rename func(c *archCtx, name string) string
+	// transform adjusts the plan of one checkpoint tensor (hfName after rename): element
+	// transforms, row/column reorders, squeezes.
+	transform func(c *archCtx, hfName string, p *tensorPlan) error
+	// required lists the GGUF suffixes llama.cpp requires in block il (replaces
+	// requiredLayer).
+	required func(c *archCtx, il int64) []string
 }
 
-var archs = []*archDef{archLlama, archQwen2, archQwen3, archQwen3MoE}
+var archs = []*archDef{archLlama, archQwen2, archQwen3, archQwen3MoE, archQwen35, archQwen35MoE}
 
 // SupportedArchitectures lists the Hugging Face architectures tq converts.
 func SupportedArchitectures() []string {
@@ -74,7 +91,18 @@ type archCtx struct {
 	nLayer, nEmbd, nHead, nHeadKV, headDim, nFF int64
 	vocab                                       int64 // 0 when config.json has no vocab_size
 	nExpert, nExpertUsed, moeFF, sharedFF       int64
+	// nMTP is the number of multi-token-prediction blocks exported after the nLayer decoder
+	// blocks (block_count = nLayer + nMTP); hy the hybrid-attention dimensions.
+	nMTP int64
+	hy   *hybridDims
+	// skipped counts multimodal (vision/audio) checkpoint tensors the text conversion drops;
+	// skippedExample names one of them.
+	skipped        int
+	skippedExample string
 }
+
+// nBlocks is block_count: decoder blocks plus MTP blocks.
+func (c *archCtx) nBlocks() int64 { return c.nLayer + c.nMTP }
 
 func newArchCtx(h *hparams, a *archDef) (*archCtx, error) {
 	c := &archCtx{h: h, arch: a}
@@ -168,6 +196,11 @@ func newArchCtx(h *hparams, a *archDef) (*archCtx, error) {
 	} else if c.nFF <= 0 {
 		return nil, fmt.Errorf("%s: missing or invalid intermediate_size", h.path)
 	}
+	if a.hybrid {
+		if err := newHybridDims(c); err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
 }
 
@@ -177,6 +210,11 @@ func (c *archCtx) expectedNE(ggufName string) []int64 {
 	suffix := ggufName
 	if l := policy.LayerOf(ggufName); l >= 0 {
 		suffix = ggufName[len("blk."+strconv.Itoa(l)+"."):]
+	}
+	if c.hy != nil {
+		if ne := c.hy.expectedNE(c, suffix); ne != nil {
+			return ne
+		}
 	}
 	e, q, kv, hd := c.nEmbd, c.nHead*c.headDim, c.nHeadKV*c.headDim, c.headDim
 	switch suffix {
@@ -230,6 +268,29 @@ var (
 
 // canonicalName applies the converter's name filter: "language_model." is removed.
 func canonicalName(n string) string { return strings.Replace(n, "language_model.", "", 1) }
+
+var multimodalPrefixes = []string{"mlp", "vit.", "vpm.", "siglip2.", "conformer.", "merger.", "resampler.",
+	"sound_encoder.", "sound_projection.", "speech_embeddings."}
+
+var multimodalParts = []string{"visual.", "vision.", "audio.", "talker.", "vision_", "audio_", "token2wav.", "code2wav.",
+	"projector.", "pre_mm_projector_norm", "image_newline", "view_seperator", "patch_embed", "patch_embedding",
+	"patch_merger.", "patch_merge_mlp.", "model.connector."}
+
+// isMultimodalTensor is TextModel.filter_tensors' test for tensors of vision/audio towers, which
+// a text conversion drops (llama.cpp's converter writes them to a separate mmproj file).
+func isMultimodalTensor(n string) bool {
+	for _, p := range multimodalPrefixes {
+		if strings.HasPrefix(n, p) {
+			return true
+		}
+	}
+	for _, p := range multimodalParts {
+		if strings.Contains(n, p) {
+			return true
+		}
+	}
+	return false
+}
 
 // buildPlans maps every checkpoint tensor to GGUF tensors. The result is sorted in
 // llama-quantize order (policy.SortTensors).
@@ -287,12 +348,25 @@ func buildPlans(c *archCtx, st *safetensors.Model) ([]*tensorPlan, error) {
 		names = append(names, ti.Name)
 	}
 	sort.Strings(names)
+	if a.hybrid {
+		hybridCountMTP(c, names)
+	}
 	for _, raw := range names {
 		ti := byName[raw]
 		if strings.HasSuffix(raw, "_scale_inv") || hasAnySuffix(raw, skippedSuffixes) {
 			continue
 		}
+		if isMultimodalTensor(raw) {
+			if c.skipped == 0 {
+				c.skippedExample = raw
+			}
+			c.skipped++
+			continue
+		}
 		name := canonicalName(raw)
+		if a.rename != nil {
+			name = a.rename(c, name)
+		}
 		t, err := newHFTensor(st, ti)
 		if err != nil {
 			return nil, err
@@ -310,7 +384,13 @@ func buildPlans(c *archCtx, st *safetensors.Model) ([]*tensorPlan, error) {
 		}
 
 		if g, ok := a.global[name]; ok {
-			if err := addPlan(simplePlan(g, t, name)); err != nil {
+			p := simplePlan(g, t, name)
+			if a.transform != nil {
+				if err := a.transform(c, name, p); err != nil {
+					return nil, err
+				}
+			}
+			if err := addPlan(p); err != nil {
 				return nil, err
 			}
 			continue
@@ -320,8 +400,12 @@ func buildPlans(c *archCtx, st *safetensors.Model) ([]*tensorPlan, error) {
 			return nil, fmt.Errorf("cannot map checkpoint tensor %s (in %s) to a %s GGUF tensor", raw, ti.File, a.name)
 		}
 		bid, err := strconv.ParseInt(m[1], 10, 64)
-		if err != nil || bid >= c.nLayer {
-			return nil, fmt.Errorf("checkpoint tensor %s: layer %s is outside num_hidden_layers %d", raw, m[1], c.nLayer)
+		if err != nil || bid >= c.nBlocks() {
+			what := fmt.Sprintf("num_hidden_layers %d", c.nLayer)
+			if c.nMTP > 0 {
+				what += fmt.Sprintf(" + %d MTP layers", c.nMTP)
+			}
+			return nil, fmt.Errorf("checkpoint tensor %s: layer %s is outside %s", raw, m[1], what)
 		}
 		suffix := m[2]
 		if a.moe {
@@ -363,6 +447,11 @@ func buildPlans(c *archCtx, st *safetensors.Model) ([]*tensorPlan, error) {
 			return nil, fmt.Errorf("cannot map checkpoint tensor %s (in %s) to a %s GGUF tensor", raw, ti.File, a.name)
 		}
 		p := simplePlan(fmt.Sprintf("blk.%d.%s", bid, gs), t, name)
+		if a.transform != nil {
+			if err := a.transform(c, name, p); err != nil {
+				return nil, err
+			}
+		}
 		if a.permuteQK {
 			switch {
 			case strings.HasPrefix(suffix, "self_attn.q_proj."):
@@ -553,8 +642,14 @@ func checkRequired(c *archCtx, have map[string]string) error {
 	}
 	need("token_embd.weight")
 	need("output_norm.weight")
-	for i := int64(0); i < c.nLayer; i++ {
-		for _, s := range c.arch.requiredLayer() {
+	for i := int64(0); i < c.nBlocks(); i++ {
+		req := c.arch.requiredLayer()
+		if c.arch.required != nil {
+			req = c.arch.required(c, i)
+		} else if i >= c.nLayer {
+			break
+		}
+		for _, s := range req {
 			need(fmt.Sprintf("blk.%d.%s", i, s))
 		}
 	}

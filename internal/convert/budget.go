@@ -27,7 +27,8 @@ import (
 // starts every free tensor at its cheapest type and repeatedly applies the upgrade with the
 // largest cost decrease per extra byte (on each tensor's lower convex hull) while the total
 // stays within the budget, which minimises the summed predicted error for a given size (up to
-// the granularity of whole-tensor steps).
+// the granularity of whole-tensor steps). Tensors policy.KeepsHighPrecision names (Qwen3.5's
+// ssm_alpha / ssm_beta) are pinned to F16.
 const budgetSampleRows = 32
 
 var (
@@ -90,6 +91,11 @@ func solveBudget(p *Plan, ts []policy.Tensor, ds []policy.Decision, reads []func
 	var free []*budgetTensor
 	for i, t := range ts {
 		d := ds[i]
+		if d.Quantize && !d.Fixed && policy.AllowsQuantization(t, opts.LeaveOutput) && policy.KeepsHighPrecision(t) {
+			// Qwen3.5 recurrent gate projections stay F16 under any budget (policy.KeepsHighPrecision)
+			d = policy.Decision{Name: d.Name, Type: gguf.TypeF16, Quantize: true, Fixed: true, Rule: "recurrent gate projection: F16"}
+			out[i] = d
+		}
 		if !d.Quantize || d.Fixed || !policy.AllowsQuantization(t, opts.LeaveOutput) {
 			rb, err := d.Type.RowBytes(t.Cols())
 			if err != nil {

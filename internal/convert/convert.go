@@ -266,13 +266,16 @@ func planHF(m *hfModel, opts *Options) (*Plan, error) {
 	}
 	p.metadata = md
 	for _, tp := range m.plans {
-		if strings.Contains(tp.name, "_shexp") {
+		if strings.Contains(tp.name, "_shexp") && !c.arch.sharedExperts {
 			opts.warn(p, "the checkpoint has shared-expert tensors (%s, ...): llama.cpp's %s architecture has no shared experts and will refuse this file", tp.name, c.arch.name)
 			break
 		}
 	}
+	if c.skipped > 0 {
+		opts.warn(p, "skipped %d vision/audio tensor(s) (e.g. %s): the GGUF holds the text model only; llama.cpp's converter writes the multimodal tower to a separate mmproj file, which tq does not produce", c.skipped, c.skippedExample)
+	}
 	ts := policyTensors(m.plans)
-	model := policy.Model{Arch: c.arch.name, NLayer: int(c.nLayer), NHead: int(c.nHead), NHeadKV: int(c.nHeadKV), NExpert: int(c.nExpert)}
+	model := policy.Model{Arch: c.arch.name, NLayer: int(c.nBlocks()), NHead: int(c.nHead), NHeadKV: int(c.nHeadKV), NExpert: int(c.nExpert)}
 
 	decisions, ftype, cfgImatrix, err := decide(p, model, ts, opts, m.srcDType, m.dir)
 	if err != nil {

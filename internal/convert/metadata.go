@@ -28,7 +28,7 @@ func commonHParams(c *archCtx, md *gguf.Metadata) error {
 		md.Set(a+"."+key, val)
 		return nil
 	}
-	if err := setU("block_count", c.nLayer); err != nil {
+	if err := setU("block_count", c.nBlocks()); err != nil {
 		return err
 	}
 	optU := func(key string, names ...string) error {

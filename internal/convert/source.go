@@ -169,9 +169,15 @@ type part struct {
 	src    *hfTensor
 	rowOff int64 // first source row
 	rows   int64
-	// perm, when set, reorders rows within heads (llama q/k); for a one-row (1-D) tensor it
+	// perm, when set, reorders rows (llama q/k within heads, Qwen3.5 value heads): row r of
+	// the part comes from source row rowOff+perm.src(r); for a one-row (1-D) tensor it
 	// reorders elements.
-	perm *headPerm
+	perm rowMap
+}
+
+// rowMap maps a destination index to the source index it is copied from.
+type rowMap interface {
+	src(r int64) int64
 }
 
 // headPerm is convert_hf_to_gguf's LlamaModel.permute: within each of nHead heads of hd rows,
@@ -197,6 +203,14 @@ type tensorPlan struct {
 	sources []string  // checkpoint names (without FP8 scale names)
 	// rowsPerMatrix is the number of rows of one 2-D matrix (rows/ne[2] for stacked experts).
 	rowsPerMatrix int64
+	// colPerm, when set, reorders the elements of every row: element c comes from source
+	// column colPerm.src(c) (Qwen3.5 out_proj input columns).
+	colPerm rowMap
+	// elem, when set, transforms every value after reading (Qwen3.5: 1 + w for RMSNorm
+	// weights, -exp(A_log)); elemF16 rounds its result to float16 (the converter computes in
+	// the checkpoint's float16 when the source is F16).
+	elem    func(float32) float32
+	elemF16 bool
 }
 
 func (p *tensorPlan) elements() int64 { return p.rows * p.cols }
@@ -247,6 +261,25 @@ func (p *tensorPlan) read(r0, n int64, dst []float32) error {
 	}
 	if r != end {
 		return fmt.Errorf("tensor %s: internal error: rows %d..%d not covered", p.name, r0, end)
+	}
+	if p.colPerm != nil {
+		tmp := make([]float32, p.cols)
+		for i := int64(0); i < n; i++ {
+			row := dst[i*p.cols : (i+1)*p.cols]
+			copy(tmp, row)
+			for c := range row {
+				row[c] = tmp[p.colPerm.src(int64(c))]
+			}
+		}
+	}
+	if p.elem != nil {
+		for i, v := range dst {
+			v = p.elem(v)
+			if p.elemF16 {
+				v = safetensors.F16ToFloat32(safetensors.Float32ToF16(v))
+			}
+			dst[i] = v
+		}
 	}
 	for i, v := range dst {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {

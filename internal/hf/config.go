@@ -89,6 +89,9 @@ type Config struct {
 	TorchDType         string // torch_dtype (or dtype)
 	QuantizationConfig *QuantizationConfig
 
+	// Hybrid-attention (Qwen3.5 / Qwen3.6, qwen35 and qwen35moe) fields; see qwen35.go.
+	Hybrid *HybridConfig
+
 	Raw map[string]any
 }
 
@@ -171,6 +174,7 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 	if p.has("head_dim") {
 		c.HeadDim = p.intReq("head_dim", 1, maxDim)
 	}
+	c.Hybrid = p.hybrid(c)
 	if p.err != nil {
 		return nil, p.err
 	}
@@ -253,6 +257,9 @@ func (c *Config) validate(p *parser) error {
 			}
 		}
 	}
+	if err := c.validateHybrid(); err != nil {
+		return err
+	}
 	if q := c.QuantizationConfig; q != nil && q.QuantMethod == "fp8" && q.WeightBlockSize != nil {
 		if len(q.WeightBlockSize) != 2 || q.WeightBlockSize[0] < 1 || q.WeightBlockSize[1] < 1 {
 			return fail("quantization_config", "weight_block_size must be two positive integers, found %v", q.WeightBlockSize)
@@ -294,14 +301,21 @@ var archByClass = map[string]string{
 	"Qwen2ForCausalLM":    "qwen2",
 	"Qwen3ForCausalLM":    "qwen3",
 	"Qwen3MoeForCausalLM": "qwen3moe",
+
+	"Qwen3_5ForConditionalGeneration":    "qwen35",
+	"Qwen3_5ForCausalLM":                 "qwen35",
+	"Qwen3_5MoeForConditionalGeneration": "qwen35moe",
+	"Qwen3_5MoeForCausalLM":              "qwen35moe",
 }
 
 var archByModelType = map[string]string{
 	"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3_moe": "qwen3moe",
+	"qwen3_5": "qwen35", "qwen3_5_text": "qwen35", "qwen3_5_moe": "qwen35moe", "qwen3_5_moe_text": "qwen35moe",
 }
 
-// Arch returns tq's architecture name ("llama", "qwen2", "qwen3", "qwen3moe") for the
-// first entry of architectures (or for model_type when architectures is absent).
+// Arch returns tq's architecture name ("llama", "qwen2", "qwen3", "qwen3moe", "qwen35",
+// "qwen35moe") for the first entry of architectures (or for model_type when architectures
+// is absent).
 func (c *Config) Arch() (string, error) {
 	if len(c.Architectures) > 0 {
 		if a, ok := archByClass[c.Architectures[0]]; ok {

@@ -220,7 +220,7 @@ func TestLoadConfigPaths(t *testing.T) {
 }
 
 func FuzzParseConfig(f *testing.F) {
-	for _, s := range []string{llama32Config, qwen3MoeConfig, qwen25Config, `{}`, `{"hidden_size":1e400}`,
+	for _, s := range []string{llama32Config, qwen3MoeConfig, qwen25Config, tinyHybrid, `{}`, `{"hidden_size":1e400}`,
 		`{"architectures":["Qwen3ForCausalLM"],"hidden_size":256,"intermediate_size":512,"num_hidden_layers":2,"vocab_size":1024,"num_attention_heads":4,"rope_scaling":{"type":"yarn","factor":-1}}`} {
 		f.Add([]byte(s))
 	}

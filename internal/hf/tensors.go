@@ -19,15 +19,24 @@ const (
 	RoleLinear                      // projection weights [out, in]
 	RoleBias                        // projection biases
 	RoleRouter                      // MoE router (mlp.gate) and shared-expert gate
+	RoleConv                        // causal conv1d kernel of a linear-attention layer
+	RoleSSM                         // per-head linear-attention parameters (A_log, dt_bias)
 )
+
+// AllExperts is TensorSpec.Expert of a fused tensor that stacks every routed expert
+// (mlp.experts.gate_up_proj / mlp.experts.down_proj).
+const AllExperts = -2
 
 // TensorSpec is one tensor a checkpoint of the configured architecture must contain.
 type TensorSpec struct {
 	Name   string
 	Shape  []int64 // HF (PyTorch) order: [out, in] for linear weights
 	Role   TensorRole
-	Layer  int // decoder layer, or -1
-	Expert int // routed expert index, or -1
+	Layer  int // decoder layer (num_hidden_layers + k for MTP layer k), or -1
+	Expert int // routed expert index, AllExperts for a fused expert stack, or -1
+	// MTP marks the multi-token-prediction layers' tensors (mtp.*), which the main forward
+	// pass does not use.
+	MTP bool
 }
 
 // ExpectedTensors lists the tensors (with HF names and shapes) that a checkpoint of this
@@ -36,6 +45,9 @@ func (c *Config) ExpectedTensors() ([]TensorSpec, error) {
 	arch, err := c.Arch()
 	if err != nil {
 		return nil, err
+	}
+	if c.Hybrid != nil {
+		return c.hybridTensors(), nil
 	}
 	h, hd := int64(c.HiddenSize), int64(c.HeadDim)
 	q, kv := int64(c.NumAttentionHeads)*hd, int64(c.NumKeyValueHeads)*hd
@@ -96,27 +108,31 @@ func (c *Config) ExpectedTensors() ([]TensorSpec, error) {
 }
 
 // ParamCount returns the number of parameters implied by the configuration (the tensors
-// of ExpectedTensors) and, for mixture-of-experts models, the number active per token
-// (routed experts counted num_experts_per_tok times per layer instead of num_experts).
+// of ExpectedTensors, MTP layers included) and, for mixture-of-experts models, the number
+// active per token in the main forward pass (routed experts counted num_experts_per_tok
+// times per layer instead of num_experts; MTP layers, which only drafting runs, not at all).
 func (c *Config) ParamCount() (total, active int64, err error) {
 	specs, err := c.ExpectedTensors()
 	if err != nil {
 		return 0, 0, err
 	}
-	var expert int64
+	var expert, mtp int64
 	for _, s := range specs {
 		n := int64(1)
 		for _, d := range s.Shape {
 			n *= d
 		}
 		total += n
-		if s.Expert >= 0 {
+		switch {
+		case s.MTP:
+			mtp += n
+		case s.Expert >= 0 || s.Expert == AllExperts:
 			expert += n
 		}
 	}
-	active = total
+	active = total - mtp
 	if c.NumExperts > 0 && expert > 0 {
-		active = total - expert + expert/int64(c.NumExperts)*int64(c.NumExpertsPerTok)
+		active = active - expert + expert/int64(c.NumExperts)*int64(c.NumExpertsPerTok)
 	}
 	return total, active, nil
 }
@@ -147,6 +163,12 @@ func (c *Config) CheckWeights(w *safetensors.Model) error {
 	for _, s := range specs {
 		ti, ok := w.Lookup(s.Name)
 		if !ok {
+			if alt := perExpertLayout(s); alt != nil && hasAll(w, alt) {
+				if err := checkShapes(w, alt); err != nil {
+					return err
+				}
+				continue
+			}
 			missing = append(missing, s.Name)
 			continue
 		}
@@ -158,6 +180,9 @@ func (c *Config) CheckWeights(w *safetensors.Model) error {
 		}
 		if s.Role != RoleLinear || !fp8 {
 			return fmt.Errorf("hf: %s: tensor %q is %v but config.json declares no block-scaled fp8 quantization for it", ti.File, s.Name, ti.DType)
+		}
+		if len(s.Shape) != 2 {
+			return fmt.Errorf("hf: %s: tensor %q is a %d-D %v tensor; only 2-D fp8 weights are supported", ti.File, s.Name, len(s.Shape), ti.DType)
 		}
 		scaleName := s.Name + ScaleSuffix
 		sc, ok := w.Lookup(scaleName)
@@ -184,3 +209,50 @@ func (c *Config) CheckWeights(w *safetensors.Model) error {
 }
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// perExpertLayout returns the per-expert tensors that may stand in for a fused expert stack
+// (mlp.experts.E.{gate,up}_proj.weight for gate_up_proj, mlp.experts.E.down_proj.weight for
+// down_proj), or nil for any other tensor.
+func perExpertLayout(s TensorSpec) []TensorSpec {
+	if s.Expert != AllExperts || len(s.Shape) != 3 {
+		return nil
+	}
+	base, proj, ok := strings.Cut(s.Name, "mlp.experts.")
+	if !ok {
+		return nil
+	}
+	ne, rows, cols := s.Shape[0], s.Shape[1], s.Shape[2]
+	var out []TensorSpec
+	for e := int64(0); e < ne; e++ {
+		ep := fmt.Sprintf("%smlp.experts.%d.", base, e)
+		switch proj {
+		case "gate_up_proj":
+			out = append(out, TensorSpec{Name: ep + "gate_proj.weight", Shape: []int64{rows / 2, cols}, Role: RoleLinear, Layer: s.Layer, Expert: int(e)},
+				TensorSpec{Name: ep + "up_proj.weight", Shape: []int64{rows / 2, cols}, Role: RoleLinear, Layer: s.Layer, Expert: int(e)})
+		case "down_proj":
+			out = append(out, TensorSpec{Name: ep + "down_proj.weight", Shape: []int64{rows, cols}, Role: RoleLinear, Layer: s.Layer, Expert: int(e)})
+		default:
+			return nil
+		}
+	}
+	return out
+}
+
+func hasAll(w *safetensors.Model, specs []TensorSpec) bool {
+	for _, s := range specs {
+		if _, ok := w.Lookup(s.Name); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func checkShapes(w *safetensors.Model, specs []TensorSpec) error {
+	for _, s := range specs {
+		ti, _ := w.Lookup(s.Name)
+		if !slices.Equal(ti.Shape, s.Shape) {
+			return fmt.Errorf("hf: %s: tensor %q has shape %v, config.json implies %v", ti.File, s.Name, ti.Shape, s.Shape)
+		}
+	}
+	return nil
+}

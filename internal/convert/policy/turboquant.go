@@ -259,17 +259,33 @@ func (c *TurboConfig) WeightContainer(cols int64) (gguf.GGMLType, int, string) {
 
 // Role is the Hugging Face module role of a GGUF tensor name: q_proj, k_proj, v_proj, o_proj,
 // gate_proj, up_proj, down_proj (dense, expert and shared-expert FFNs alike), lm_head,
-// embed_tokens, router, norm, or "" for anything else.
+// embed_tokens, router, norm; for Qwen3.5 linear attention in_proj_qkv (attn_qkv), in_proj_z
+// (attn_gate), in_proj_a (ssm_alpha), in_proj_b (ssm_beta), out_proj (ssm_out), conv1d; the
+// MTP block's fc (nextn.eh_proj); or "" for anything else.
 func Role(name string) string {
 	switch {
 	case name == "output.weight":
 		return "lm_head"
 	case name == "token_embd.weight":
 		return "embed_tokens"
-	case strings.HasSuffix(name, "_norm.weight"):
+	case strings.HasSuffix(name, "_norm.weight") || strings.HasSuffix(name, ".enorm.weight") || strings.HasSuffix(name, ".hnorm.weight"):
 		return "norm"
 	case strings.Contains(name, "ffn_gate_inp"):
 		return "router"
+	case strings.Contains(name, "attn_qkv.weight"):
+		return "in_proj_qkv"
+	case strings.Contains(name, "attn_gate.weight"):
+		return "in_proj_z"
+	case strings.Contains(name, "ssm_alpha.weight"):
+		return "in_proj_a"
+	case strings.Contains(name, "ssm_beta.weight"):
+		return "in_proj_b"
+	case strings.Contains(name, "ssm_out.weight"):
+		return "out_proj"
+	case strings.Contains(name, "ssm_conv1d"):
+		return "conv1d"
+	case strings.Contains(name, "nextn.eh_proj"):
+		return "fc"
 	}
 	switch CategoryOf(name) {
 	case CatAttnQ:
@@ -290,6 +306,29 @@ func Role(name string) string {
 	return ""
 }
 
+// roleAliases lets the usual layer-list entries select the Qwen3.5 linear-attention
+// projections: the fused in_proj_qkv is quantized with q_proj/k_proj/v_proj, the output gate
+// in_proj_z with gate_proj (like the FFN gate, it only scales a SiLU-gated output), out_proj
+// with o_proj.
+var roleAliases = map[string][]string{
+	"in_proj_qkv": {"q_proj", "k_proj", "v_proj"},
+	"in_proj_z":   {"gate_proj"},
+	"out_proj":    {"o_proj"},
+}
+
+// KeepsHighPrecision reports tensors the turboquant and budget policies keep in F16 whatever
+// the bit budget: Qwen3.5's Gated DeltaNet decay and write-strength projections (ssm_alpha,
+// ssm_beta). They are tiny (linear_num_value_heads rows), and their outputs pass through
+// exp(-exp(A)·softplus(·)) and a sigmoid into a recurrent state, so an error persists over every
+// later token instead of touching one output.
+func KeepsHighPrecision(t Tensor) bool {
+	switch Role(t.Name) {
+	case "in_proj_a", "in_proj_b":
+		return true
+	}
+	return false
+}
+
 // matchEntry reports whether a layer-list entry selects tensor t: the entry equals the role,
 // the GGUF name (with or without ".weight"), or its dot-separated parts occur as a contiguous
 // run in the GGUF name or one of the Hugging Face source names.
@@ -300,6 +339,11 @@ func matchEntry(entry string, t Tensor, role string) bool {
 	}
 	if entry == role || entry == strings.TrimSuffix(t.Name, ".weight") {
 		return true
+	}
+	for _, a := range roleAliases[role] {
+		if entry == a {
+			return true
+		}
 	}
 	if role == "lm_head" && (entry == "output") {
 		return true
@@ -342,8 +386,9 @@ type TurboPolicy struct {
 }
 
 // Assign decides every tensor's type. Rules, first match wins:
-//  1. tensors llama.cpp never quantizes (norms, routers, biases, 1-D): F32;
+//  1. tensors llama.cpp never quantizes (norms, routers, biases, 1-D, conv1d kernels): F32;
 //  2. tensor_types (per-tensor choices from calibration);
+//     then Qwen3.5's ssm_alpha / ssm_beta: F16 (KeepsHighPrecision);
 //  3. lm_head (output.weight, or token_embd.weight when embeddings are tied): F16 when skipped;
 //  4. other skip_layers matches: F16;
 //  5. layers_to_quantize matches: the int4/int8 container (importance-weighted search);
@@ -434,6 +479,10 @@ func (p *TurboPolicy) Assign(ts []Tensor) ([]Decision, error) {
 					break
 				}
 			}
+		}
+		if !done && KeepsHighPrecision(t) {
+			nt, rule, done = gguf.TypeF16, "recurrent gate projection: F16", true
+			d.Fixed = true
 		}
 		if !done && isHead && match(c.SkipLayers, t, headRole) {
 			nt, rule, done = gguf.TypeF16, "lm_head: skipped, F16", true
