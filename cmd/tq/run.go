@@ -29,6 +29,7 @@ type runOptions struct {
 	topK, repeatN              int
 	seed                       int64
 	chat, ignoreEOS, json      bool
+	interactive                bool
 	ngl                        int
 	vram                       string
 }
@@ -48,9 +49,14 @@ vec_dot type, f16 KV cache by default); sampling follows llama.cpp's default cha
 This build has no GPU backend: --n-gpu-layers and --vram are accepted and ignored.`,
 		Example: `  tq run model.gguf -p "The capital of France is" -n 32
   tq run model.gguf -p "Write a haiku about Go." --chat --temp 0.7 --seed 1
+  tq run model.gguf -i --system "You are terse." --no-think
   tq run model.gguf -f prompt.txt --ctx 8192 --cache-type-k q8_0 --cache-type-v q8_0 --json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.interactive {
+				_, err := runChat(cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], o, cmd.Flags().Changed("seed"))
+				return err
+			}
 			return runRun(cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], o, cmd.Flags().Changed("seed"))
 		},
 	}
@@ -60,6 +66,7 @@ This build has no GPU backend: --n-gpu-layers and --vram are accepted and ignore
 	f.StringVar(&o.system, "system", "", "system message (with --chat)")
 	f.BoolVar(&o.chat, "chat", false, "wrap the prompt in the model's chat template as a user message")
 	f.StringVar(&o.toolsFile, "tools", "", "JSON file with an array of tool definitions (OpenAI/transformers form) for the chat template (implies --chat)")
+	f.BoolVarP(&o.interactive, "interactive", "i", false, "chat: read user turns line by line from stdin (/reset clears, /exit ends), reusing the cached prefix each turn")
 	f.BoolVar(&o.noThink, "no-think", false, "render the template with enable_thinking=false (implies --chat)")
 	f.IntVarP(&o.n, "n-predict", "n", 128, "tokens to generate (-1: until end of text or a full context)")
 	f.IntVarP(&o.ctx, "ctx", "c", 4096, "context size in tokens")
