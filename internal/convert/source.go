@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/tq-project/tq/internal/safetensors"
@@ -59,8 +60,11 @@ type hfTensor struct {
 type fp8Scale struct {
 	name       string
 	vals       []float32
-	rows, cols int64 // scale grid
+	rows, cols int64 // scale grid of one matrix
 	br, bc     int64 // block size in weight rows / cols; 0 for a scalar scale
+	// matRows is the number of weight rows per matrix: a 3-D weight [E, R, C] (fused experts)
+	// has one [ceil(R/br), ceil(C/bc)] grid per matrix, so blocks never span two experts.
+	matRows int64
 }
 
 func newHFTensor(st *safetensors.Model, info safetensors.TensorInfo) (*hfTensor, error) {
@@ -105,13 +109,20 @@ func (t *hfTensor) attachScale(st *safetensors.Model, sinfo safetensors.TensorIn
 		if len(block) != 2 || block[0] <= 0 || block[1] <= 0 {
 			return fmt.Errorf("FP8 weight %s has a block scale %s %v but config.json quantization_config has no valid weight_block_size", t.info.Name, sinfo.Name, sinfo.Shape)
 		}
-		if len(t.info.Shape) != 2 || len(sinfo.Shape) != 2 {
-			return fmt.Errorf("FP8 weight %s %v / scale %s %v: block scales need 2-D tensors", t.info.Name, t.info.Shape, sinfo.Name, sinfo.Shape)
+		ws := t.info.Shape
+		if (len(ws) != 2 && len(ws) != 3) || len(sinfo.Shape) != len(ws) {
+			return fmt.Errorf("FP8 weight %s %v / scale %s %v: block scales need 2-D tensors (or 3-D stacked experts with one grid per expert)", t.info.Name, ws, sinfo.Name, sinfo.Shape)
 		}
 		s.br, s.bc = block[0], block[1]
-		s.rows, s.cols = sinfo.Shape[0], sinfo.Shape[1]
-		if want0, want1 := ceilDiv(t.info.Shape[0], s.br), ceilDiv(t.info.Shape[1], s.bc); want0 != s.rows || want1 != s.cols {
-			return fmt.Errorf("FP8 scale %s has shape %v, want [%d %d] for weight %v with blocks %v", sinfo.Name, sinfo.Shape, want0, want1, t.info.Shape, block)
+		nd := len(ws)
+		s.matRows = ws[nd-2]
+		s.rows, s.cols = ceilDiv(ws[nd-2], s.br), ceilDiv(ws[nd-1], s.bc)
+		want := []int64{s.rows, s.cols}
+		if nd == 3 {
+			want = []int64{ws[0], s.rows, s.cols}
+		}
+		if !slices.Equal(sinfo.Shape, want) {
+			return fmt.Errorf("FP8 scale %s has shape %v, want %v for weight %v with blocks %v", sinfo.Name, sinfo.Shape, want, ws, block)
 		}
 	}
 	t.scale = s
@@ -150,7 +161,9 @@ func (t *hfTensor) readRows(r0, n int64, dst []float32) error {
 		}
 		for r := int64(0); r < n; r++ {
 			row := dst[r*t.cols : (r+1)*t.cols]
-			srow := s.vals[((r0+r)/s.br)*s.cols : ((r0+r)/s.br+1)*s.cols]
+			m, rl := (r0+r)/s.matRows, (r0+r)%s.matRows
+			g := m*s.rows + rl/s.br
+			srow := s.vals[g*s.cols : (g+1)*s.cols]
 			for c0 := int64(0); c0 < t.cols; c0 += s.bc {
 				k := srow[c0/s.bc]
 				end := min(c0+s.bc, t.cols)

@@ -152,19 +152,19 @@ const ScaleSuffix = "_scale_inv"
 
 // CheckWeights verifies that w holds every tensor of ExpectedTensors with the expected
 // shape, and that each FP8 (F8_E4M3) linear weight has its weight_scale_inv block scales
-// of shape [ceil(out/rows), ceil(in/cols)]. Extra tensors are allowed.
+// of shape [ceil(out/rows), ceil(in/cols)] ([E, ceil(out/rows), ceil(in/cols)] for a 3-D
+// expert stack, per-expert tensors included). Extra tensors are allowed.
 func (c *Config) CheckWeights(w *safetensors.Model) error {
 	specs, err := c.ExpectedTensors()
 	if err != nil {
 		return err
 	}
-	br, bc, fp8 := c.FP8BlockScaled()
 	var missing []string
 	for _, s := range specs {
 		ti, ok := w.Lookup(s.Name)
 		if !ok {
 			if alt := perExpertLayout(s); alt != nil && hasAll(w, alt) {
-				if err := checkShapes(w, alt); err != nil {
+				if err := c.checkShapes(w, alt); err != nil {
 					return err
 				}
 				continue
@@ -175,26 +175,8 @@ func (c *Config) CheckWeights(w *safetensors.Model) error {
 		if !slices.Equal(ti.Shape, s.Shape) {
 			return fmt.Errorf("hf: %s: tensor %q has shape %v, config.json implies %v", ti.File, s.Name, ti.Shape, s.Shape)
 		}
-		if ti.DType != safetensors.F8E4M3 && ti.DType != safetensors.F8E5M2 {
-			continue
-		}
-		if s.Role != RoleLinear || !fp8 {
-			return fmt.Errorf("hf: %s: tensor %q is %v but config.json declares no block-scaled fp8 quantization for it", ti.File, s.Name, ti.DType)
-		}
-		if len(s.Shape) != 2 {
-			return fmt.Errorf("hf: %s: tensor %q is a %d-D %v tensor; only 2-D fp8 weights are supported", ti.File, s.Name, len(s.Shape), ti.DType)
-		}
-		scaleName := s.Name + ScaleSuffix
-		sc, ok := w.Lookup(scaleName)
-		if !ok {
-			return fmt.Errorf("hf: %s: fp8 tensor %q has no %q", ti.File, s.Name, scaleName)
-		}
-		want := []int64{ceilDiv(s.Shape[0], int64(br)), ceilDiv(s.Shape[1], int64(bc))}
-		if !slices.Equal(sc.Shape, want) {
-			return fmt.Errorf("hf: %s: tensor %q has shape %v, want %v for block size [%d, %d]", sc.File, scaleName, sc.Shape, want, br, bc)
-		}
-		if !sc.DType.IsFloat() {
-			return fmt.Errorf("hf: %s: tensor %q has dtype %v, want a float type", sc.File, scaleName, sc.DType)
+		if err := c.checkFP8(w, s, ti); err != nil {
+			return err
 		}
 	}
 	if n := len(missing); n > 0 {
@@ -247,12 +229,48 @@ func hasAll(w *safetensors.Model, specs []TensorSpec) bool {
 	return true
 }
 
-func checkShapes(w *safetensors.Model, specs []TensorSpec) error {
+func (c *Config) checkShapes(w *safetensors.Model, specs []TensorSpec) error {
 	for _, s := range specs {
 		ti, _ := w.Lookup(s.Name)
 		if !slices.Equal(ti.Shape, s.Shape) {
 			return fmt.Errorf("hf: %s: tensor %q has shape %v, config.json implies %v", ti.File, s.Name, ti.Shape, s.Shape)
 		}
+		if err := c.checkFP8(w, s, ti); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkFP8 verifies the block scales of an FP8 tensor ti (spec s; no-op for other dtypes):
+// weight_scale_inv has shape [ceil(out/rows), ceil(in/cols)], or [E, ceil(out/rows),
+// ceil(in/cols)] for a 3-D stack of experts (one grid per expert, as blocks never span two).
+func (c *Config) checkFP8(w *safetensors.Model, s TensorSpec, ti safetensors.TensorInfo) error {
+	if ti.DType != safetensors.F8E4M3 && ti.DType != safetensors.F8E5M2 {
+		return nil
+	}
+	br, bc, fp8 := c.FP8BlockScaled()
+	if s.Role != RoleLinear || !fp8 {
+		return fmt.Errorf("hf: %s: tensor %q is %v but config.json declares no block-scaled fp8 quantization for it", ti.File, s.Name, ti.DType)
+	}
+	nd := len(s.Shape)
+	if nd != 2 && (nd != 3 || s.Expert != AllExperts) {
+		return fmt.Errorf("hf: %s: tensor %q is a %d-D %v tensor; only 2-D fp8 weights and 3-D expert stacks are supported", ti.File, s.Name, nd, ti.DType)
+	}
+	scaleName := s.Name + ScaleSuffix
+	sc, ok := w.Lookup(scaleName)
+	if !ok {
+		return fmt.Errorf("hf: %s: fp8 tensor %q has no %q", ti.File, s.Name, scaleName)
+	}
+	want := []int64{ceilDiv(s.Shape[nd-2], int64(br)), ceilDiv(s.Shape[nd-1], int64(bc))}
+	if nd == 3 {
+		want = append([]int64{s.Shape[0]}, want...)
+	}
+	if !slices.Equal(sc.Shape, want) {
+		return fmt.Errorf("hf: %s: tensor %q has shape %v, want %v for block size [%d, %d]", sc.File, scaleName, sc.Shape, want, br, bc)
+	}
+	if !sc.DType.IsFloat() {
+		return fmt.Errorf("hf: %s: tensor %q has dtype %v, want a float type", sc.File, scaleName, sc.DType)
 	}
 	return nil
 }
