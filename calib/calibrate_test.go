@@ -14,11 +14,12 @@ import (
 
 // TestCalibrateMatchesFullForward checks the layer-by-layer statistics against a
 // straightforward float64 accumulation of the activations a full (all layers at once) forward
-// pass feeds every linear layer, padding excluded, for a dense and a MoE model. The two
+// pass feeds every linear layer, padding excluded, for dense, MoE and hybrid (Qwen3.5/3.6:
+// gated delta-net + attention, all experts) models. The two
 // forwards use the same kernels and batch boundaries, so the sums agree to float64 rounding
 // (relative 1e-12); the max |x| must be equal exactly.
 func TestCalibrateMatchesFullForward(t *testing.T) {
-	for _, arch := range []string{"qwen3", "qwen3moe", "llama"} {
+	for _, arch := range []string{"qwen3", "qwen3moe", "llama", "qwen35moe", "qwen35"} {
 		t.Run(arch, func(t *testing.T) {
 			o := fixtures.Preset(arch)
 			if arch == "llama" {
