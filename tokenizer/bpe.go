@@ -37,52 +37,16 @@ type bpeItem struct {
 	rightPiece  int32
 }
 
-// bpeQueue is a binary min-heap of candidate merges (lowest rank, then leftmost).
-type bpeQueue []bpeItem
-
-func (q bpeQueue) before(i, j int) bool {
-	if q[i].rank != q[j].rank {
-		return q[i].rank < q[j].rank
+// precedes orders BPE merge candidates: lowest rank first, then leftmost.
+func (a bpeItem) precedes(b bpeItem) bool {
+	if a.rank != b.rank {
+		return a.rank < b.rank
 	}
-	return q[i].left < q[j].left
+	return a.left < b.left
 }
 
-func (q *bpeQueue) push(it bpeItem) {
-	*q = append(*q, it)
-	h := *q
-	for i := len(h) - 1; i > 0; {
-		p := (i - 1) / 2
-		if !h.before(i, p) {
-			break
-		}
-		h[i], h[p] = h[p], h[i]
-		i = p
-	}
-}
-
-func (q *bpeQueue) pop() bpeItem {
-	h := *q
-	top := h[0]
-	last := len(h) - 1
-	h[0] = h[last]
-	h = h[:last]
-	for i := 0; ; {
-		l, r, m := 2*i+1, 2*i+2, i
-		if l < len(h) && h.before(l, m) {
-			m = l
-		}
-		if r < len(h) && h.before(r, m) {
-			m = r
-		}
-		if m == i {
-			break
-		}
-		h[i], h[m] = h[m], h[i]
-		i = m
-	}
-	*q = h
-	return top
-}
+// bpeQueue holds candidate merges, best first.
+type bpeQueue = mergeQueue[bpeItem]
 
 // bpeWork holds per-call scratch space.
 type bpeWork struct {

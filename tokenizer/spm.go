@@ -16,52 +16,16 @@ type spmItem struct {
 	size        int32
 }
 
-// spmQueue is a binary max-heap of candidate merges (highest score, then leftmost).
-type spmQueue []spmItem
-
-func (q spmQueue) before(i, j int) bool {
-	if q[i].score != q[j].score {
-		return q[i].score > q[j].score
+// precedes orders SentencePiece merge candidates: highest score first, then leftmost.
+func (a spmItem) precedes(b spmItem) bool {
+	if a.score != b.score {
+		return a.score > b.score
 	}
-	return q[i].left < q[j].left
+	return a.left < b.left
 }
 
-func (q *spmQueue) push(it spmItem) {
-	*q = append(*q, it)
-	h := *q
-	for i := len(h) - 1; i > 0; {
-		p := (i - 1) / 2
-		if !h.before(i, p) {
-			break
-		}
-		h[i], h[p] = h[p], h[i]
-		i = p
-	}
-}
-
-func (q *spmQueue) pop() spmItem {
-	h := *q
-	top := h[0]
-	last := len(h) - 1
-	h[0] = h[last]
-	h = h[:last]
-	for i := 0; ; {
-		l, r, m := 2*i+1, 2*i+2, i
-		if l < len(h) && h.before(l, m) {
-			m = l
-		}
-		if r < len(h) && h.before(r, m) {
-			m = r
-		}
-		if m == i {
-			break
-		}
-		h[i], h[m] = h[m], h[i]
-		i = m
-	}
-	*q = h
-	return top
-}
+// spmQueue holds candidate merges, best first.
+type spmQueue = mergeQueue[spmItem]
 
 // utf8Len is llama.cpp's unicode_len_utf8: the sequence length announced by a lead byte.
 func utf8Len(b byte) int {
