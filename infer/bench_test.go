@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tq-project/tq/internal/llamacppref"
+
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/infer/internal/testmodel"
 )
@@ -147,7 +149,7 @@ func BenchmarkPrompt(b *testing.B) {
 // (TQ_BENCH_THREADS overrides). It reports both speeds and their ratio (ours/llama.cpp). Use
 // -benchtime=1x.
 func BenchmarkVsLlamaCpp(b *testing.B) {
-	llamaBridge(b)
+	llamacppref.Bridge(b)
 	threadCounts := []int{1, 2}
 	if v, err := strconv.Atoi(os.Getenv("TQ_BENCH_THREADS")); err == nil && v > 0 {
 		threadCounts = []int{v}
@@ -165,7 +167,7 @@ func BenchmarkVsLlamaCpp(b *testing.B) {
 							PromptMs float64 `json:"prompt_ms"`
 							GenMs    float64 `json:"gen_ms"`
 						}
-						runLlama(b, map[string]any{"op": "bench", "model": path, "prompt": nPrompt, "gen": nGen, "threads": threads, "ctx": 512}, &lr)
+						llamacppref.Run(b, map[string]any{"op": "bench", "model": path, "prompt": nPrompt, "gen": nGen, "threads": threads, "ctx": 512}, &lr)
 						bestLP, bestLG = math.Min(bestLP, lr.PromptMs/1000), math.Min(bestLG, lr.GenMs/1000)
 						tp, tg := oursPromptGen(b, typ, Options{CtxSize: 512, Threads: threads}, nPrompt, nGen)
 						bestP, bestG = math.Min(bestP, tp), math.Min(bestG, tg)

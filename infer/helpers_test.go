@@ -3,8 +3,6 @@ package infer
 import (
 	"math"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/tq-project/tq/gguf"
@@ -80,25 +78,6 @@ func maxAbsDiff(a, b []float64) float64 {
 		m = math.Max(m, math.Abs(a[i]-b[i]))
 	}
 	return m
-}
-
-// repoRoot walks up from the working directory to the directory holding go.mod.
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the test directory")
-		}
-		dir = parent
-	}
 }
 
 var builtSources = map[string]*MapSource{}

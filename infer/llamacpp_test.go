@@ -1,64 +1,16 @@
 package infer
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
 	"math"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
-	"time"
+
+	"github.com/tq-project/tq/internal/llamacppref"
 
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/infer/internal/testmodel"
 )
-
-// llamaBridge locates testdata/llamacpp/llama.mjs and node; it skips the test (or fails it
-// when TQ_REQUIRE_REFS=1) when the reference is not installed.
-func llamaBridge(t testing.TB) string {
-	t.Helper()
-	dir := filepath.Join(repoRoot(t), "testdata", "llamacpp")
-	missing := ""
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "node-llama-cpp")); err != nil {
-		missing = "testdata/llamacpp/node_modules/node-llama-cpp (run testdata/llamacpp/setup.sh)"
-	} else if _, err := exec.LookPath("node"); err != nil {
-		missing = "node"
-	}
-	if missing != "" {
-		if os.Getenv("TQ_REQUIRE_REFS") == "1" {
-			t.Fatalf("llama.cpp reference required (TQ_REQUIRE_REFS=1) but %s is missing", missing)
-		}
-		t.Skipf("llama.cpp reference not installed: %s is missing", missing)
-	}
-	return filepath.Join(dir, "llama.mjs")
-}
-
-// runLlama sends one request (op "batch" for several) to the node bridge and decodes the reply.
-func runLlama(t testing.TB, req any, resp any) {
-	t.Helper()
-	script := llamaBridge(t)
-	in, err := json.Marshal(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", script)
-	cmd.Dir = filepath.Dir(script)
-	cmd.Stdin = bytes.NewReader(in)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("llama.mjs: %v\n%s", err, stderr.String())
-	}
-	if err := json.Unmarshal(out, resp); err != nil {
-		t.Fatalf("llama.mjs reply: %v", err)
-	}
-}
 
 type llamaReq struct {
 	Op        string  `json:"op"`
@@ -155,7 +107,7 @@ func parityCases() []parityCase {
 // llama.cpp (node-llama-cpp 3.21.1, CPU, f16 KV cache, no flash attention) on generated
 // models of every architecture and several type mixes.
 func TestLlamaCppParity(t *testing.T) {
-	llamaBridge(t)
+	llamacppref.Bridge(t)
 	dir := t.TempDir()
 	cases := parityCases()
 	if testing.Short() {
@@ -194,7 +146,7 @@ func TestLlamaCppParity(t *testing.T) {
 			llamaReq{Op: "greedy", Model: paths[i], Tokens: greedyPrompt, N: nGreedy, Threads: 1, Ctx: 256})
 	}
 	var resp struct{ Results []llamaResp }
-	runLlama(t, map[string]any{"op": "batch", "threads": 1, "requests": reqs}, &resp)
+	llamacppref.Run(t, map[string]any{"op": "batch", "threads": 1, "requests": reqs}, &resp)
 	if len(resp.Results) != len(reqs) {
 		t.Fatalf("llama.mjs returned %d results for %d requests", len(resp.Results), len(reqs))
 	}

@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 
+	"github.com/tq-project/tq/internal/llamacppref"
+
 	"github.com/tq-project/tq/internal/convert"
 )
 
@@ -34,7 +36,7 @@ const (
 // 3.21.1, CPU, f16 KV cache, f32 recurrent state) on the Qwen3.5 fixtures converted by tq
 // (tolerances above).
 func TestHybridLlamaCppParity(t *testing.T) {
-	llamaBridge(t)
+	llamacppref.Bridge(t)
 	type pcase struct {
 		name string
 		arch string
@@ -73,7 +75,7 @@ func TestHybridLlamaCppParity(t *testing.T) {
 			llamaReq{Op: "greedy", Model: paths[i], Tokens: greedyPrompt, N: nGreedy, Threads: 1, Ctx: 256})
 	}
 	var resp struct{ Results []llamaResp }
-	runLlama(t, map[string]any{"op": "batch", "threads": 1, "requests": reqs}, &resp)
+	llamacppref.Run(t, map[string]any{"op": "batch", "threads": 1, "requests": reqs}, &resp)
 	if len(resp.Results) != len(reqs) {
 		t.Fatalf("llama.mjs returned %d results for %d requests", len(resp.Results), len(reqs))
 	}

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tq-project/tq/internal/llamacppref"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -96,7 +98,7 @@ func FuzzParseConfig(f *testing.F) {
 
 // The examples shipped in testdata/verify (and quoted in docs/verify.md) parse.
 func TestShippedExamples(t *testing.T) {
-	dir := filepath.Join(repoRoot(t), "testdata", "verify")
+	dir := filepath.Join(llamacppref.RepoRoot(t), "testdata", "verify")
 	c, err := LoadConfig(filepath.Join(dir, "verify.yaml"))
 	if err != nil {
 		t.Fatal(err)

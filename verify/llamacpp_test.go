@@ -1,83 +1,18 @@
 package verify
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"math"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
-	"time"
+
+	"github.com/tq-project/tq/internal/llamacppref"
 
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/quant"
 	"github.com/tq-project/tq/tokenizer"
 )
-
-// repoRoot walks up from the working directory to go.mod.
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found")
-		}
-		dir = parent
-	}
-}
-
-// llamaBridge returns testdata/llamacpp/llama.mjs, skipping the test (failing it when
-// TQ_REQUIRE_REFS=1) when node-llama-cpp or node is missing.
-func llamaBridge(t testing.TB) string {
-	t.Helper()
-	dir := filepath.Join(repoRoot(t), "testdata", "llamacpp")
-	missing := ""
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "node-llama-cpp")); err != nil {
-		missing = "testdata/llamacpp/node_modules/node-llama-cpp (run testdata/llamacpp/setup.sh)"
-	} else if _, err := exec.LookPath("node"); err != nil {
-		missing = "node"
-	}
-	if missing != "" {
-		if os.Getenv("TQ_REQUIRE_REFS") == "1" {
-			t.Fatalf("llama.cpp reference required (TQ_REQUIRE_REFS=1) but %s is missing", missing)
-		}
-		t.Skipf("llama.cpp reference not installed: %s is missing", missing)
-	}
-	return filepath.Join(dir, "llama.mjs")
-}
-
-func runLlama(t testing.TB, req, resp any) {
-	t.Helper()
-	script := llamaBridge(t)
-	in, err := json.Marshal(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", script)
-	cmd.Dir = filepath.Dir(script)
-	cmd.Stdin = bytes.NewReader(in)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("llama.mjs: %v\n%s", err, stderr.String())
-	}
-	if err := json.Unmarshal(out, resp); err != nil {
-		t.Fatalf("llama.mjs reply: %v", err)
-	}
-}
 
 type llamaProbs struct {
 	Probs []struct {
@@ -99,7 +34,7 @@ type llamaProbs struct {
 // move single NLLs by up to 0.5 nats and the result depends on its batch layout. Scaled, the
 // model is conditioned like a trained one (PPL ≈ 2e3) and tq and llama.cpp agree to ~1e-4.
 func TestPerplexityMatchesLlamaCpp(t *testing.T) {
-	llamaBridge(t)
+	llamacppref.Bridge(t)
 	f := getFixtures(t)
 	model := filepath.Join(t.TempDir(), "tempered.gguf")
 	scaleOutput(t, f.gguf, model, 0.4)
@@ -130,7 +65,7 @@ func TestPerplexityMatchesLlamaCpp(t *testing.T) {
 			"threads": 1, "ctx": nCtx})
 	}
 	var resp struct{ Results []llamaProbs }
-	runLlama(t, map[string]any{"op": "batch", "threads": 1, "requests": reqs}, &resp)
+	llamacppref.Run(t, map[string]any{"op": "batch", "threads": 1, "requests": reqs}, &resp)
 	if len(resp.Results) != len(reqs) {
 		t.Fatalf("%d results for %d requests", len(resp.Results), len(reqs))
 	}
@@ -216,7 +151,7 @@ func scaleOutput(t testing.TB, src, dst string, s float32) {
 // continuation of the prompt tq renders is the token sequence tq generated, end-of-turn
 // included.
 func TestToolCallsMatchLlamaCpp(t *testing.T) {
-	llamaBridge(t)
+	llamacppref.Bridge(t)
 	_, gg := toolModel(t, "int8")
 	lm, closeFn, err := OpenGGUFModel(gg, RunOptions{CtxSize: 1024})
 	if err != nil {
@@ -265,7 +200,7 @@ func TestToolCallsMatchLlamaCpp(t *testing.T) {
 			Tokens []int32 `json:"tokens"`
 		}
 	}
-	runLlama(t, map[string]any{"op": "batch", "threads": 1, "requests": reqs}, &resp)
+	llamacppref.Run(t, map[string]any{"op": "batch", "threads": 1, "requests": reqs}, &resp)
 	for i, c := range suite.Cases {
 		got := resp.Results[i].Tokens
 		if len(got) != len(ours[i])+1 || !slices.Equal(got[:len(ours[i])], ours[i]) || !r.stop[got[len(ours[i])]] {

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/tq-project/tq/internal/llamacppref"
+
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/internal/convert"
 	"github.com/tq-project/tq/tokenizer"
@@ -16,7 +18,7 @@ import (
 // built-in suite with tool calls — with the turboquant policy of the given weight dtype.
 func toolModel(t *testing.T, weightDType string) (hf, gg string) {
 	t.Helper()
-	hf = filepath.Join(repoRoot(t), "testdata", "verify", "toolmodel")
+	hf = filepath.Join(llamacppref.RepoRoot(t), "testdata", "verify", "toolmodel")
 	if _, err := os.Stat(filepath.Join(hf, "model.safetensors")); err != nil {
 		t.Fatalf("the trained tool-call model is missing: %v", err)
 	}

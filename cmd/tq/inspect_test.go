@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tq-project/tq/internal/llamacppref"
+
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/internal/fixtures"
 )
@@ -122,7 +124,7 @@ func TestInspectGGUF(t *testing.T) {
 
 // The real Qwen3.6-35B-A3B config.json (no weights) inspects to ~35B total, ~3B active.
 func TestInspectConfigOnly(t *testing.T) {
-	path := filepath.Join(repoRoot(t), "internal", "hf", "testdata", "qwen3.6-35b-a3b.config.json")
+	path := filepath.Join(llamacppref.RepoRoot(t), "internal", "hf", "testdata", "qwen3.6-35b-a3b.config.json")
 	var buf bytes.Buffer
 	if err := runInspect(&buf, path, &inspectOptions{json: true}); err != nil {
 		t.Fatal(err)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tq-project/tq/internal/llamacppref"
+
 	"github.com/spf13/pflag"
 
 	"github.com/tq-project/tq/internal/fixtures"
@@ -92,7 +94,7 @@ func TestPipelineCLI(t *testing.T) {
 // and asks it, through its chat template with --tools, for the weather: the greedy answer must
 // be the tool call it was trained to make.
 func TestRunToolCall(t *testing.T) {
-	root := repoRoot(t)
+	root := llamacppref.RepoRoot(t)
 	model := filepath.Join(t.TempDir(), "tool-q8_0.gguf")
 	tqCmd(t, "convert", filepath.Join(root, "testdata", "verify", "toolmodel"), "--outtype", "q8_0", "-o", model)
 	var r runResult

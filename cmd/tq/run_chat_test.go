@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tq-project/tq/internal/llamacppref"
+
 	"github.com/tq-project/tq/infer"
 	"github.com/tq-project/tq/tokenizer"
 	"github.com/tq-project/tq/tokenizer/chat"
@@ -15,14 +17,14 @@ import (
 func toolModelQ8(t *testing.T) string {
 	t.Helper()
 	model := filepath.Join(t.TempDir(), "tool-q8_0.gguf")
-	tqCmd(t, "convert", filepath.Join(repoRoot(t), "testdata", "verify", "toolmodel"), "--outtype", "q8_0", "-o", model)
+	tqCmd(t, "convert", filepath.Join(llamacppref.RepoRoot(t), "testdata", "verify", "toolmodel"), "--outtype", "q8_0", "-o", model)
 	return model
 }
 
 // chatOptions are tq run's flag defaults with greedy sampling and the weather tools.
 func chatOptions(t *testing.T) *runOptions {
 	return &runOptions{
-		toolsFile: filepath.Join(repoRoot(t), "testdata", "demo", "tools-weather.json"),
+		toolsFile: filepath.Join(llamacppref.RepoRoot(t), "testdata", "demo", "tools-weather.json"),
 		n:         96, ctx: 4096, batch: 512, cacheK: "f16", cacheV: "f16",
 		temp: 0, topK: 40, topP: 0.95, minP: 0.05, repeat: 1, repeatN: 64, seed: 1,
 	}
@@ -36,7 +38,7 @@ func TestRunInteractiveToolCall(t *testing.T) {
 	model := toolModelQ8(t)
 	rootCmd.SetIn(strings.NewReader("What's the weather like in Lisbon right now?\n/exit\nnever read\n"))
 	defer rootCmd.SetIn(nil)
-	out := tqCmd(t, "run", model, "-i", "--tools", filepath.Join(repoRoot(t), "testdata", "demo", "tools-weather.json"),
+	out := tqCmd(t, "run", model, "-i", "--tools", filepath.Join(llamacppref.RepoRoot(t), "testdata", "demo", "tools-weather.json"),
 		"-n", "96", "--temp", "0")
 	if got := strings.TrimSpace(out); got != wantLisbonCall {
 		t.Errorf("stdout %q, want %q", got, wantLisbonCall)

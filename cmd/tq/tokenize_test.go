@@ -10,12 +10,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tq-project/tq/internal/llamacppref"
+
 	"github.com/tq-project/tq/internal/fixtures"
 	"github.com/tq-project/tq/tokenizer/tokfile"
 )
 
 func TestTokenizeGGUF(t *testing.T) {
-	path := refPath(t, "src/models/ggml-vocab-qwen2.gguf")
+	path := llamacppref.Path(t, "src/models/ggml-vocab-qwen2.gguf")
 	tok, err := loadTokenizer(path)
 	if err != nil {
 		t.Fatal(err)
