@@ -4,11 +4,27 @@
 
 // Float dot products (F32·F32, F16·F32, BF16·F32) and the read-bandwidth probe.
 
-// Reduce Y0..Y3 into X0[0] (clobbers X1).
-#define HSUM4 \
-	VADDPS       Y1, Y0, Y0 \
-	VADDPS       Y3, Y2, Y2 \
+// The three dots follow ggml's x86 vec_dot kernels (ggml-cpu/vec.cpp) operation for operation, so
+// that decode logits match llama.cpp's to the bit: four 8-lane accumulators over 32-element steps,
+// the leftovers (n % 32) after the reduction.
+
+// GGML_F32x8_REDUCE of Y0..Y3 into X0[0] (clobbers X1): x0+=x2, x1+=x3, x0+=x1, then
+// lo+hi and two horizontal adds.
+#define REDUCE_GGML \
 	VADDPS       Y2, Y0, Y0 \
+	VADDPS       Y3, Y1, Y1 \
+	VADDPS       Y1, Y0, Y0 \
+	VEXTRACTF128 $1, Y0, X1 \
+	VADDPS       X1, X0, X0 \
+	VHADDPS      X0, X0, X0 \
+	VHADDPS      X0, X0, X0
+
+// ggml_vec_dot_bf16's AVX2 reduction of Y0..Y3 into X0[0]: (c1+c3)+(c2+c4), lo+hi, then
+// (v0+v2)+(v1+v3).
+#define REDUCE_BF16 \
+	VADDPS       Y2, Y0, Y0 \
+	VADDPS       Y3, Y1, Y1 \
+	VADDPS       Y1, Y0, Y0 \
 	VEXTRACTF128 $1, Y0, X1 \
 	VADDPS       X1, X0, X0 \
 	VMOVHLPS     X0, X0, X1 \
@@ -17,6 +33,7 @@
 	VADDSS       X1, X0, X0
 
 // func dotF32AVX2(a, b *float32, n int) float32
+// ggml_vec_dot_f32: FMA accumulators, leftovers fused into the float32 sum.
 TEXT ·dotF32AVX2(SB), NOSPLIT, $0-28
 	MOVQ   a+0(FP), SI
 	MOVQ   b+8(FP), DI
@@ -26,7 +43,7 @@ TEXT ·dotF32AVX2(SB), NOSPLIT, $0-28
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	CMPQ   CX, $32
-	JLT    f32by8
+	JLT    f32tail
 
 f32loop32:
 	VMOVUPS     0(SI), Y4
@@ -43,21 +60,8 @@ f32loop32:
 	CMPQ        CX, $32
 	JGE         f32loop32
 
-f32by8:
-	CMPQ CX, $8
-	JLT  f32tail
-
-f32loop8:
-	VMOVUPS     0(SI), Y4
-	VFMADD231PS 0(DI), Y4, Y0
-	ADDQ        $32, SI
-	ADDQ        $32, DI
-	SUBQ        $8, CX
-	CMPQ        CX, $8
-	JGE         f32loop8
-
 f32tail:
-	HSUM4
+	REDUCE_GGML
 	TESTQ CX, CX
 	JZ    f32done
 
@@ -75,6 +79,7 @@ f32done:
 	RET
 
 // func dotF16F32AVX2(w *byte, x *float32, n int) float32
+// ggml_vec_dot_f16: FMA accumulators; the leftovers are exact f32 products summed in float64.
 TEXT ·dotF16F32AVX2(SB), NOSPLIT, $0-28
 	MOVQ   w+0(FP), SI
 	MOVQ   x+8(FP), DI
@@ -84,7 +89,7 @@ TEXT ·dotF16F32AVX2(SB), NOSPLIT, $0-28
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	CMPQ   CX, $32
-	JLT    f16by8
+	JLT    f16tail
 
 f16loop32:
 	VCVTPH2PS   0(SI), Y4
@@ -101,33 +106,24 @@ f16loop32:
 	CMPQ        CX, $32
 	JGE         f16loop32
 
-f16by8:
-	CMPQ CX, $8
-	JLT  f16tail
-
-f16loop8:
-	VCVTPH2PS   0(SI), Y4
-	VFMADD231PS 0(DI), Y4, Y0
-	ADDQ        $16, SI
-	ADDQ        $32, DI
-	SUBQ        $8, CX
-	CMPQ        CX, $8
-	JGE         f16loop8
-
 f16tail:
-	HSUM4
+	REDUCE_GGML
 	TESTQ CX, CX
 	JZ    f16done
+	VCVTSS2SD X0, X0, X0
 
 f16loop1:
-	MOVWLZX     0(SI), AX
-	VMOVD       AX, X4
-	VCVTPH2PS   X4, X4
-	VFMADD231SS 0(DI), X4, X0
-	ADDQ        $2, SI
-	ADDQ        $4, DI
-	DECQ        CX
-	JNZ         f16loop1
+	MOVWLZX   0(SI), AX
+	VMOVD     AX, X4
+	VCVTPH2PS X4, X4
+	VMULSS    0(DI), X4, X4
+	VCVTSS2SD X4, X4, X4
+	VADDSD    X4, X0, X0
+	ADDQ      $2, SI
+	ADDQ      $4, DI
+	DECQ      CX
+	JNZ       f16loop1
+	VCVTSD2SS X0, X0, X0
 
 f16done:
 	VMOVSS X0, ret+24(FP)
@@ -135,6 +131,7 @@ f16done:
 	RET
 
 // func dotBF16F32AVX2(w *byte, x *float32, n int) float32
+// ggml_vec_dot_bf16 (AVX2): separate multiply and add, its own reduction, leftovers in float64.
 TEXT ·dotBF16F32AVX2(SB), NOSPLIT, $0-28
 	MOVQ   w+0(FP), SI
 	MOVQ   x+8(FP), DI
@@ -144,55 +141,49 @@ TEXT ·dotBF16F32AVX2(SB), NOSPLIT, $0-28
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	CMPQ   CX, $32
-	JLT    bf16by8
+	JLT    bf16tail
 
 bf16loop32:
-	VPMOVZXWD   0(SI), Y4
-	VPMOVZXWD   16(SI), Y5
-	VPMOVZXWD   32(SI), Y6
-	VPMOVZXWD   48(SI), Y7
-	VPSLLD      $16, Y4, Y4
-	VPSLLD      $16, Y5, Y5
-	VPSLLD      $16, Y6, Y6
-	VPSLLD      $16, Y7, Y7
-	VFMADD231PS 0(DI), Y4, Y0
-	VFMADD231PS 32(DI), Y5, Y1
-	VFMADD231PS 64(DI), Y6, Y2
-	VFMADD231PS 96(DI), Y7, Y3
-	ADDQ        $64, SI
-	ADDQ        $128, DI
-	SUBQ        $32, CX
-	CMPQ        CX, $32
-	JGE         bf16loop32
-
-bf16by8:
-	CMPQ CX, $8
-	JLT  bf16tail
-
-bf16loop8:
-	VPMOVZXWD   0(SI), Y4
-	VPSLLD      $16, Y4, Y4
-	VFMADD231PS 0(DI), Y4, Y0
-	ADDQ        $16, SI
-	ADDQ        $32, DI
-	SUBQ        $8, CX
-	CMPQ        CX, $8
-	JGE         bf16loop8
+	VPMOVZXWD 0(SI), Y4
+	VPMOVZXWD 16(SI), Y5
+	VPMOVZXWD 32(SI), Y6
+	VPMOVZXWD 48(SI), Y7
+	VPSLLD    $16, Y4, Y4
+	VPSLLD    $16, Y5, Y5
+	VPSLLD    $16, Y6, Y6
+	VPSLLD    $16, Y7, Y7
+	VMULPS    0(DI), Y4, Y4
+	VMULPS    32(DI), Y5, Y5
+	VMULPS    64(DI), Y6, Y6
+	VMULPS    96(DI), Y7, Y7
+	VADDPS    Y4, Y0, Y0
+	VADDPS    Y5, Y1, Y1
+	VADDPS    Y6, Y2, Y2
+	VADDPS    Y7, Y3, Y3
+	ADDQ      $64, SI
+	ADDQ      $128, DI
+	SUBQ      $32, CX
+	CMPQ      CX, $32
+	JGE       bf16loop32
 
 bf16tail:
-	HSUM4
+	REDUCE_BF16
 	TESTQ CX, CX
 	JZ    bf16done
+	VCVTSS2SD X0, X0, X0
 
 bf16loop1:
-	MOVWLZX     0(SI), AX
-	SHLL        $16, AX
-	VMOVD       AX, X4
-	VFMADD231SS 0(DI), X4, X0
-	ADDQ        $2, SI
-	ADDQ        $4, DI
-	DECQ        CX
-	JNZ         bf16loop1
+	MOVWLZX   0(SI), AX
+	SHLL      $16, AX
+	VMOVD     AX, X4
+	VMULSS    0(DI), X4, X4
+	VCVTSS2SD X4, X4, X4
+	VADDSD    X4, X0, X0
+	ADDQ      $2, SI
+	ADDQ      $4, DI
+	DECQ      CX
+	JNZ       bf16loop1
+	VCVTSD2SS X0, X0, X0
 
 bf16done:
 	VMOVSS X0, ret+24(FP)
