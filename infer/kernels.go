@@ -163,6 +163,8 @@ type kernel struct {
 	act actType
 	// dot returns w·a for rows of n elements; tmp is per-worker scratch of at least n floats.
 	dot func(w, a []byte, n int, tmp []float32) float32
+	// repack is the quant/kernels type of a repack-order kernel (MatMulRepack), 0 otherwise.
+	repack kernels.Type
 }
 
 // vecDotType returns the ggml vec_dot type of weight type t (what activations are converted to).
@@ -197,29 +199,29 @@ func kernelFor(t gguf.GGMLType) (*kernel, error) {
 	case gguf.TypeF32:
 		return &kernel{t, actF32, func(w, a []byte, n int, _ []float32) float32 {
 			return kDotF32(bytesF32(w)[:n], bytesF32(a)[:n])
-		}}, nil
+		}, 0}, nil
 	case gguf.TypeF16:
 		return &kernel{t, actF16, func(w, a []byte, n int, _ []float32) float32 {
 			return kDotF16F32(w[:2*n], bytesF32(a)[:n])
-		}}, nil
+		}, 0}, nil
 	case gguf.TypeBF16:
 		return &kernel{t, actBF16, func(w, a []byte, n int, _ []float32) float32 {
 			return kDotBF16F32(w[:2*n], bytesF32(a)[:n])
-		}}, nil
+		}, 0}, nil
 	case gguf.TypeQ8_0:
-		return &kernel{t, actQ8_0, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotQ8_0Q8_0(n, w, a) }}, nil
+		return &kernel{t, actQ8_0, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotQ8_0Q8_0(n, w, a) }, 0}, nil
 	case gguf.TypeQ4_0:
-		return &kernel{t, actQ8_0, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotQ4_0Q8_0(n, w, a) }}, nil
+		return &kernel{t, actQ8_0, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotQ4_0Q8_0(n, w, a) }, 0}, nil
 	case gguf.TypeQ4_K:
-		return &kernel{t, actQ8_K, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotQ4_KQ8K(n, w, a) }}, nil
+		return &kernel{t, actQ8_K, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotQ4_KQ8K(n, w, a) }, 0}, nil
 	case gguf.TypeQ5_K:
-		return &kernel{t, actQ8_K, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotQ5_KQ8K(n, w, a) }}, nil
+		return &kernel{t, actQ8_K, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotQ5_KQ8K(n, w, a) }, 0}, nil
 	case gguf.TypeQ6_K:
-		return &kernel{t, actQ8_K, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotQ6_KQ8K(n, w, a) }}, nil
+		return &kernel{t, actQ8_K, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotQ6_KQ8K(n, w, a) }, 0}, nil
 	case gguf.TypeQ4_1:
-		return &kernel{t, actQ8_1, func(w, a []byte, n int, _ []float32) float32 { return dotQ4_1Q8_1(w, a, n) }}, nil
+		return &kernel{t, actQ8_1, func(w, a []byte, n int, _ []float32) float32 { return dotQ4_1Q8_1(w, a, n) }, 0}, nil
 	case gguf.TypeQ5_1:
-		return &kernel{t, actQ8_1, func(w, a []byte, n int, _ []float32) float32 { return dotQ5_1Q8_1(w, a, n) }}, nil
+		return &kernel{t, actQ8_1, func(w, a []byte, n int, _ []float32) float32 { return dotQ5_1Q8_1(w, a, n) }, 0}, nil
 	}
 	// No integer kernel: dequantize the weight row and dot it with the f32 values of the
 	// activation's round trip through its vec_dot type (same products, float order differs).
@@ -236,7 +238,26 @@ func kernelFor(t gguf.GGMLType) (*kernel, error) {
 			panic(err) // checked at load time
 		}
 		return kDotF32(tmp, bytesF32(a)[:n])
-	}}, nil
+	}, 0}, nil
+}
+
+// repackKernelFor returns the kernel llama.cpp's AVX2 CPU backend effectively uses for a weight
+// matrix of type t whose row count is a multiple of 8: it repacks Q4_0, IQ4_NL and Q4_K
+// matrices into 8-row interleaved blocks ("CPU_REPACK") and multiplies them with gemv/gemm
+// kernels whose float accumulation order differs from vec_dot's (one FMA per block, see
+// quant/kernels.DotQ4_KQ8KRepack). The integer sums are the same; only the rounding differs,
+// but that is what decides whether greedy decoding stays token-for-token with llama.cpp.
+// It returns nil for other types.
+func repackKernelFor(t gguf.GGMLType) *kernel {
+	switch t {
+	case gguf.TypeQ4_K:
+		return &kernel{t, actQ8_K, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotQ4_KQ8KRepack(n, w, a) }, kernels.Q4_K}
+	case gguf.TypeQ4_0:
+		return &kernel{t, actQ8_0, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotQ4_0Q8_0Repack(n, w, a) }, kernels.Q4_0}
+	case gguf.TypeIQ4_NL:
+		return &kernel{t, actQ8_0, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotIQ4_NLQ8_0Repack(n, w, a) }, kernels.IQ4_NL}
+	}
+	return nil
 }
 
 // dotQ4_1Q8_1 is ggml's q4_1·q8_1 product: per block d_w·d_a·Σq_w·q_a + m_w·s_a, where s_a is

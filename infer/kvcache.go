@@ -42,6 +42,7 @@ type kvCache struct {
 	k, v       [][]byte
 	vTrans     bool
 	vElem      int // bytes per value element when transposed
+	vStride    int // elements per transposed value row: ctx rounded up to 32
 }
 
 func typeRowBytes(t gguf.GGMLType, n int) int {
@@ -71,6 +72,11 @@ func newKVCache(c *Config, ctx int, tk, tv gguf.GGMLType) (*kvCache, error) {
 	case gguf.TypeF16, gguf.TypeBF16:
 		kv.vTrans, kv.vElem = true, 2
 	}
+	kv.vStride = (ctx + 31) &^ 31
+	vBytes := ctx * kv.vRow
+	if kv.vTrans {
+		vBytes = kv.kvDim * kv.vStride * kv.vElem
+	}
 	kv.k = make([][]byte, c.NLayer)
 	kv.v = make([][]byte, c.NLayer)
 	for i := range kv.k {
@@ -79,7 +85,7 @@ func newKVCache(c *Config, ctx int, tk, tv gguf.GGMLType) (*kvCache, error) {
 		}
 		// []float32 backing keeps the rows 4-byte aligned
 		kv.k[i] = f32Bytes(make([]float32, (ctx*kv.kRow+3)/4))[:ctx*kv.kRow]
-		kv.v[i] = f32Bytes(make([]float32, (ctx*kv.vRow+3)/4))[:ctx*kv.vRow]
+		kv.v[i] = f32Bytes(make([]float32, (vBytes+3)/4))[:vBytes]
 	}
 	return kv, nil
 }
@@ -87,10 +93,8 @@ func newKVCache(c *Config, ctx int, tk, tv gguf.GGMLType) (*kvCache, error) {
 // Bytes is the memory the cache holds.
 func (kv *kvCache) bytes() int64 {
 	var n int64
-	for _, k := range kv.k {
-		if k != nil {
-			n += int64(kv.ctx) * int64(kv.kRow+kv.vRow)
-		}
+	for i, k := range kv.k {
+		n += int64(len(k)) + int64(len(kv.v[i]))
 	}
 	return n
 }
@@ -126,17 +130,17 @@ func (kv *kvCache) store(layer, pos int, k, v []float32) {
 	case gguf.TypeF32:
 		f := bytesF32(vl)
 		for c, x := range v {
-			f[c*kv.ctx+pos] = x
+			f[c*kv.vStride+pos] = x
 		}
 	case gguf.TypeF16:
 		h := bytesU16(vl)
 		for c, x := range v {
-			h[c*kv.ctx+pos] = f2h(x)
+			h[c*kv.vStride+pos] = f2h(x)
 		}
 	case gguf.TypeBF16:
 		h := bytesU16(vl)
 		for c, x := range v {
-			h[c*kv.ctx+pos] = f2bf(x)
+			h[c*kv.vStride+pos] = f2bf(x)
 		}
 	}
 }
@@ -171,9 +175,21 @@ func (kv *kvCache) accumulateV(layer, g int, p, o, tmp []float32) {
 				p[i] = bf2f(f2bf(v))
 			}
 		}
+		// llama.cpp's V·softmax runs over its padded KV length (a multiple of 256) with zero
+		// probabilities past the last position, so the 32-element blocks of its vec_dot
+		// kernels never leave a scalar tail: pad p with zeros to a multiple of 32 likewise.
+		if np := (n + 31) &^ 31; np != n {
+			if cap(p) >= np {
+				p = p[:np]
+			} else {
+				p = append(p, make([]float32, np-n)...)
+			}
+			clear(p[n:])
+			n = np
+		}
 		for d := range o {
 			c := g*kv.hd + d
-			row := vl[c*kv.ctx*es : (c*kv.ctx+n)*es]
+			row := vl[c*kv.vStride*es : (c*kv.vStride+n)*es]
 			switch kv.tv {
 			case gguf.TypeF32:
 				o[d] = kDotF32(bytesF32(row), p)

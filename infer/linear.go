@@ -117,6 +117,11 @@ func (ld *loader) linear(name string, in, out, nmat int, required bool) *linear 
 		ld.fail(fmt.Errorf("tensor %q: %v", name, err))
 		return nil
 	}
+	// llama.cpp repacks matrices used by matrix products (not the embedding table, which is
+	// read by get_rows; a tied output head reads it too) when the row count is a multiple of 8.
+	if rk := repackKernelFor(t.Type); rk != nil && out%8 == 0 && name != "token_embd.weight" {
+		k = rk
+	}
 
 	tr, _ := t.Type.Traits()
 	return &linear{name: name, t: t.Type, in: in, out: out, nmat: max(nmat, 1),

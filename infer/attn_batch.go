@@ -1,0 +1,135 @@
+package infer
+
+import (
+	"math"
+
+	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/quant/kernels"
+)
+
+// Prompt-batch attention in llama.cpp's order.
+//
+// For a batch of two or more tokens, llama.cpp's CPU backend (without flash attention)
+// computes K·Q and V·softmax as matrix products, and ggml hands float matrix products with at
+// least two columns to llamafile's tinyBLAS. tinyBLAS gives every output element one 8-lane
+// float32 accumulator over the shared dimension (lane l takes elements l, l+8, ...; one FMA
+// each) and adds the lanes at the end, which is a different float order from the 4×8-lane
+// vec_dot kernels used for a single token. To reproduce llama.cpp's numbers, batches use the
+// same order here (kernel dotLanes8): K·Q over head_dim with the query rounded to the key
+// type, softmax as for one token, then V·p over the cache positions with p rounded to the value
+// type (positions past the causal limit contribute exact zeros, as llama.cpp's masked
+// probabilities do).
+
+// attnChunk is the number of query tokens a work item handles after converting its KV group.
+const attnChunk = 16
+
+// useLanes8Attention reports whether a batch of T tokens takes the tinyBLAS-order attention:
+// float K and V caches (a quantized cache keeps the vec_dot order, which tinyBLAS's quantized
+// path shares) and not disabled by a negative gemmMin (tests use that to compare batch sizes).
+func (s *Session) useLanes8Attention(T int) bool {
+	if T < 2 || s.m.opts.gemmMin < 0 || !s.kv.vTrans || s.m.cfg.HeadDim%8 != 0 {
+		return false
+	}
+	switch s.kv.tk {
+	case gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16:
+		return true
+	}
+	return false
+}
+
+// roundTo rounds x to the values of float cache type t (f32: unchanged).
+func roundTo(t gguf.GGMLType, x []float32) {
+	switch t {
+	case gguf.TypeF16:
+		for i, v := range x {
+			x[i] = roundF16(v)
+		}
+	case gguf.TypeBF16:
+		for i, v := range x {
+			x[i] = bf2f(f2bf(v))
+		}
+	}
+}
+
+// floatsOf converts n elements of a float cache row of type t into dst.
+func floatsOf(t gguf.GGMLType, dst []float32, src []byte) {
+	switch t {
+	case gguf.TypeF32:
+		copy(dst, bytesF32(src)[:len(dst)])
+	case gguf.TypeF16:
+		h := bytesU16(src)[:len(dst)]
+		for i, v := range h {
+			dst[i] = h2f(v)
+		}
+	case gguf.TypeBF16:
+		h := bytesU16(src)[:len(dst)]
+		for i, v := range h {
+			dst[i] = bf2f(v)
+		}
+	}
+}
+
+// attentionLanes8 is attention() for a prompt batch in tinyBLAS order (see above).
+func (s *Session) attentionLanes8(il, T, pos0 int) {
+	c := s.m.cfg
+	hd, nh, nkv := c.HeadDim, c.NHead, c.NHeadKV
+	grp := nh / nkv
+	qd := c.QDim()
+	scale := 1 / float32(math.Sqrt(float64(hd)))
+	kv := s.kv
+	P := pos0 + T      // positions the last token sees
+	Pp := (P + 7) &^ 7 // padded to the 8-lane width (zeros beyond P)
+	chunks := (T + attnChunk - 1) / attnChunk
+	nw := s.m.pool.threads()
+	if len(s.attnScratch) < nw {
+		s.attnScratch = make([][]float32, nw)
+	}
+	need := P*hd + hd*Pp + Pp + hd
+	s.m.pool.run(nkv*chunks, 1, func(w, lo, hi int) {
+		buf := s.attnScratch[w]
+		if cap(buf) < need {
+			buf = make([]float32, need)
+			s.attnScratch[w] = buf
+		}
+		buf = buf[:need]
+		kf := buf[:P*hd]                     // keys of the group, one row per position
+		vf := buf[P*hd : P*hd+hd*Pp]         // values of the group, one row of Pp positions per channel
+		p := buf[P*hd+hd*Pp : P*hd+hd*Pp+Pp] // probabilities, zero-padded
+		q := buf[P*hd+hd*Pp+Pp:]
+		lastG := -1
+		for it := lo; it < hi; it++ {
+			g, ch := it/chunks, it%chunks
+			if g != lastG {
+				for u := 0; u < P; u++ {
+					floatsOf(kv.tk, kf[u*hd:(u+1)*hd], kv.keyHead(il, u, g))
+				}
+				for d := 0; d < hd; d++ {
+					row := vf[d*Pp : (d+1)*Pp]
+					cidx := g*hd + d
+					floatsOf(kv.tv, row[:P], kv.v[il][cidx*kv.vStride*kv.vElem:])
+					clear(row[P:])
+				}
+				lastG = g
+			}
+			for t := ch * attnChunk; t < min(T, (ch+1)*attnChunk); t++ {
+				n := pos0 + t + 1
+				for hh := g * grp; hh < (g+1)*grp; hh++ {
+					copy(q, s.q[t*qd+hh*hd:t*qd+(hh+1)*hd])
+					roundTo(kv.tk, q)
+					sc := p[:n]
+					for u := 0; u < n; u++ {
+						sc[u] = kernels.DotLanes8(kf[u*hd:(u+1)*hd], q)
+					}
+					softmaxInPlace(sc, scale)
+					roundTo(kv.tv, sc)
+					np := (n + 7) &^ 7
+					clear(p[n:np])
+					o := s.att[t*qd+hh*hd : t*qd+(hh+1)*hd]
+					for d := 0; d < hd; d++ {
+						o[d] = kernels.DotLanes8(vf[d*Pp:d*Pp+np], p[:np])
+					}
+				}
+			}
+		}
+	})
+}
