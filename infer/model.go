@@ -5,6 +5,7 @@ import (
 	"runtime"
 
 	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/infer/cuda"
 )
 
 // Options configure a loaded model and the sessions it makes.
@@ -30,6 +31,22 @@ type Options struct {
 	// sums, so agreement with llama.cpp is looser. Float weights always use the GEMM for batches.
 	BatchGEMM bool
 
+	// Backend runs the last GPULayers blocks on a device (nil: everything on the CPU). The
+	// caller owns it: Model.Close frees what the model uploaded but does not close the backend.
+	Backend cuda.Backend
+	// GPULayers is how many blocks run on the Backend, counted from the last one as llama.cpp's
+	// -ngl counts them; a value above n_layer also puts the output norm and the LM head on the
+	// device (n_layer+1 and larger: everything but the embedding lookup). 0: CPU only. Device
+	// layers compute in float32 on the weights in their GGUF encoding (no activation rounding),
+	// keep an f16 KV cache on the device, and exchange only the hidden state with the CPU
+	// layers. See docs/cuda.md and gpu.go for what they support.
+	GPULayers int
+	// CPUMoE keeps the expert tensors of the first CPUMoE blocks on the CPU, as llama.cpp's
+	// --n-cpu-moe does: a device block among them routes on the device, runs the selected
+	// experts on the CPU and adds their output back on the device. >= n_layer keeps every
+	// expert on the CPU (--cpu-moe).
+	CPUMoE int
+
 	// gemmMin is the smallest batch that uses the tiled f32 GEMM (0: defaultGemmMin; < 0:
 	// never). Tests use it to force one path.
 	gemmMin int
@@ -54,6 +71,7 @@ type Model struct {
 	pool      *pool
 	wscratch  [][]float32 // per-worker scratch (dequantized rows etc.)
 	maxRow    int
+	gpu       *gpuModel // device placement and uploaded weights (gpu.go); nil: CPU only
 }
 
 // Load checks the source's hyperparameters and tensors and prepares a model. The tensors' bytes
@@ -115,6 +133,10 @@ func Load(src Source, opts Options) (*Model, error) {
 	for i := range m.wscratch {
 		m.wscratch[i] = make([]float32, m.maxRow)
 	}
+	if err := m.setupGPU(); err != nil {
+		m.pool.close()
+		return nil, err
+	}
 	// stop the workers when the model becomes unreachable
 	runtime.AddCleanup(m, func(p *pool) { p.close() }, m.pool)
 	return m, nil
@@ -129,8 +151,9 @@ func (m *Model) Options() Options { return m.opts }
 // Threads is the number of worker goroutines.
 func (m *Model) Threads() int { return m.pool.threads() }
 
-// Close stops the worker goroutines. The model must not be used afterwards.
+// Close stops the worker goroutines and frees the device memory of the model and its sessions
+// (not the Backend itself). The model must not be used afterwards.
 func (m *Model) Close() error {
 	m.pool.close()
-	return nil
+	return m.closeGPU()
 }

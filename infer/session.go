@@ -34,6 +34,8 @@ type Session struct {
 	qp                      [][]byte  // per-worker prepared query head
 	moe                     moeScratch
 	hy                      *hybridState // recurrent state of qwen35 / qwen35moe (arch_qwen35moe.go)
+	attnScratch             [][]float32  // per-worker buffers of attentionLanes8
+	gpu                     *gpuSession  // device KV cache and buffers of the GPU layers (gpu_session.go)
 }
 
 // NewSession allocates a KV cache of the model's context size.
@@ -131,8 +133,8 @@ func (s *Session) Eval(tokens []int32, want Logits) ([][]float32, error) {
 		T := len(batch)
 		s.beginBatch(T)
 		s.embed(batch)
-		for il, b := range s.m.blocks {
-			s.layer(b, il, T, s.pos)
+		if err := s.runBlocks(T); err != nil { // gpu_session.go: CPU blocks, then device blocks
+			return nil, err
 		}
 		s.pos += T
 		var rows []int
@@ -147,7 +149,11 @@ func (s *Session) Eval(tokens []int32, want Logits) ([][]float32, error) {
 			}
 		}
 		if len(rows) > 0 {
-			out = append(out, s.logits(rows)...)
+			lg, err := s.outputLogits(rows)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, lg...)
 		}
 	}
 	return out, nil
@@ -249,6 +255,10 @@ func (s *Session) attention(il, T, pos0 int) {
 	grp := nh / c.NHeadKV
 	qd := c.QDim()
 	scale := 1 / float32(math.Sqrt(float64(hd)))
+	if s.useLanes8Attention(T) {
+		s.attentionLanes8(il, T, pos0)
+		return
+	}
 	kv := s.kv
 	kk := kv.kk
 	s.m.pool.run(T*nh, 1, func(w, lo, hi int) {

@@ -1,43 +1,81 @@
 #!/usr/bin/env bash
-# gpu-check.sh: the CUDA device checks of package infer/cuda in one script (a few minutes on an
-# H200; hard limits: 180 s of tests, 90 s of benchmarks).
+# gpu-check.sh: the CUDA device checks of packages infer/cuda and infer (the GPU layer executor)
+# and of `tq run` in one script, inside one 420 s device call (hard limits: 100 s + 50 s for the
+# kernel tests and benchmarks, 130 s + 70 s for the full-model tests and decode benchmark, 3 × 20 s
+# for tq run).
 #
-#   scripts/gpu-check.sh build   build build/cuda.test (the infer/cuda test binary) and bin/tq,
-#                                both with CGO_ENABLED=0; needs Go, no CUDA toolkit
-#   scripts/gpu-check.sh run     run the prebuilt build/cuda.test on the GPU machine; needs only
-#                                the NVIDIA driver (libcuda.so.1), not Go
+#   scripts/gpu-check.sh build   build build/cuda.test and build/infer.test (the test binaries of
+#                                infer/cuda and infer) and bin/tq, all with CGO_ENABLED=0; needs
+#                                Go, no CUDA toolkit
+#   scripts/gpu-check.sh run     run the prebuilt binaries on the GPU machine; builds nothing and
+#                                needs only the NVIDIA driver (libcuda.so.1), not Go
 #   scripts/gpu-check.sh         build (when go is on PATH) then run
 #
-# run executes, with TQ_GPU=1: `cuda.test -test.run GPU -test.v` (every kernel against the CPU
-# reference at production sizes) and `cuda.test -test.run '^$' -test.bench GPU -test.benchtime 20x`
-# (mat-vec GB/s per weight type, and as % of the device copy bandwidth measured in the same run).
+# run executes, with TQ_GPU=1:
+#   cuda.test  -test.run GPU -test.v            every kernel against the CPU reference at
+#                                               production sizes
+#   cuda.test  -test.bench GPU -benchtime 20x   mat-vec GB/s per weight type, and as % of the
+#                                               device copy bandwidth measured in the same run
+#   infer.test -test.run GPUDevice -test.v      whole models (llama, qwen2, qwen3, qwen3moe; Q4_K,
+#                                               Q6_K, Q8_0, F16; all layers + LM head, a split,
+#                                               experts on the CPU) against the CPU runner
+#   infer.test -test.bench GPUDecode -benchtime 64x   decode tok/s and GB/s of a 1.7 GB Q4_K
+#                                               model, % of copy bandwidth, speed-up over the CPU
+#   bin/tq run on a Q8_0 conversion of testdata/verify/toolmodel, auto (GPU) and --backend cpu
 # Logs go to $OUT/gpu-check/ when OUT is set, else build/gpu-check/: env.txt, tests.log,
-# bench.log, summary.txt. Exit status 0 only if the build (when done) and every test passed.
+# bench.log, infer-tests.log, infer-bench.log, tq-run.log, summary.txt. Exit status 0 only if
+# the build (when done), every test and tq run passed.
 #
-# Knobs: GPU_CHECK_TEST_FLAGS (extra test flags, e.g. -test.short for small sizes),
-# TQ_GPU_BENCH_MIB (benchmark weight size, default 256), TQ_CUDA_LIB (driver library path).
+# Knobs: GPU_CHECK_TEST_FLAGS (extra test flags for both test binaries, e.g. -test.short for the
+# emulator sizes), TQ_GPU_BENCH_MIB (kernel benchmark weight size, default 256), TQ_CUDA_LIB
+# (driver library path).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 mode=${1:-all}
 bin=build/cuda.test
+ibin=build/infer.test
 outdir=${OUT:-$root/build}/gpu-check
 
 build() {
 	mkdir -p build bin
 	echo "gpu-check: building $bin"
 	CGO_ENABLED=0 go test -c -o "$bin" ./infer/cuda/ || return 1
+	echo "gpu-check: building $ibin"
+	CGO_ENABLED=0 go test -c -o "$ibin" ./infer/ || return 1
 	echo "gpu-check: building bin/tq"
-	if ! CGO_ENABLED=0 go build -trimpath -o bin/tq ./cmd/tq; then
-		echo "gpu-check: WARNING: bin/tq did not build (the device checks do not need it)" >&2
+	CGO_ENABLED=0 go build -trimpath -o bin/tq ./cmd/tq || return 1
+	ls -l "$bin" "$ibin" bin/tq
+}
+
+# tqrun runs bin/tq on a Q8_0 conversion of the trained tool-calling test model with the default
+# backend (auto: the GPU, placement planned) and with --backend cpu, and compares the greedy text.
+tqrun() {
+	local dir rc=0
+	dir=$(mktemp -d)
+	if ! timeout 60 bin/tq convert testdata/verify/toolmodel --outtype q8_0 -o "$dir/tool.gguf" >/dev/null; then
+		echo "tq run: FAILED: tq convert of testdata/verify/toolmodel"
+		rm -rf "$dir"
+		return 1
 	fi
+	local args=(run "$dir/tool.gguf" --tools testdata/demo/tools-weather.json -p "What's the weather like in Lisbon right now?" -n 64 --temp 0)
+	timeout 20 bin/tq "${args[@]}" >"$dir/gpu.txt" || { echo "tq run: FAILED (exit $?): GPU run"; rc=1; }
+	timeout 20 bin/tq "${args[@]}" --json | grep -E '"(device|backend|gpu_layers|output_on_gpu|ngl|gen_tok_s|prompt_tok_s)"'
+	timeout 20 bin/tq "${args[@]}" --backend cpu >"$dir/cpu.txt" 2>/dev/null || { echo "tq run: FAILED (exit $?): CPU run"; rc=1; }
+	echo "GPU text: $(tr '\n' ' ' <"$dir/gpu.txt")"
+	echo "CPU text: $(tr '\n' ' ' <"$dir/cpu.txt")"
+	if cmp -s "$dir/gpu.txt" "$dir/cpu.txt"; then echo "tq run: GPU and CPU texts identical"; else echo "tq run: GPU and CPU texts DIFFER"; fi
+	rm -rf "$dir"
+	return $rc
 }
 
 run() {
-	if [ ! -x "$bin" ]; then
-		echo "gpu-check: $bin is missing: run 'scripts/gpu-check.sh build' where Go is installed and carry $bin" >&2
-		return 2
-	fi
+	for b in "$bin" "$ibin" bin/tq; do
+		if [ ! -x "$b" ]; then
+			echo "gpu-check: $b is missing: run 'scripts/gpu-check.sh build' where Go is installed and carry build/ and bin/" >&2
+			return 2
+		fi
+	done
 	mkdir -p "$outdir"
 	{
 		date -u
@@ -48,21 +86,36 @@ run() {
 	cat "$outdir/env.txt"
 
 	# The test binary runs in the package directory, as `go test` would run it.
-	(cd infer/cuda && TQ_GPU=1 timeout 180 "$root/$bin" -test.run GPU -test.v -test.timeout 175s ${GPU_CHECK_TEST_FLAGS:-}) 2>&1 | tee "$outdir/tests.log"
+	# The test binaries run in their package directories, as `go test` would run them.
+	(cd infer/cuda && TQ_GPU=1 timeout 100 "$root/$bin" -test.run GPU -test.v -test.timeout 95s ${GPU_CHECK_TEST_FLAGS:-}) 2>&1 | tee "$outdir/tests.log"
 	local test_rc=${PIPESTATUS[0]}
-	(cd infer/cuda && TQ_GPU=1 timeout 90 "$root/$bin" -test.run '^$' -test.bench GPU -test.benchtime 20x -test.timeout 85s) 2>&1 | tee "$outdir/bench.log"
+	(cd infer/cuda && TQ_GPU=1 timeout 50 "$root/$bin" -test.run '^$' -test.bench GPU -test.benchtime 20x -test.timeout 45s) 2>&1 | tee "$outdir/bench.log"
 	local bench_rc=${PIPESTATUS[0]}
+	(cd infer && TQ_GPU=1 timeout 130 "$root/$ibin" -test.run GPUDevice -test.v -test.timeout 125s ${GPU_CHECK_TEST_FLAGS:-}) 2>&1 | tee "$outdir/infer-tests.log"
+	local itest_rc=${PIPESTATUS[0]}
+	(cd infer && TQ_GPU=1 timeout 70 "$root/$ibin" -test.run '^$' -test.bench GPUDecode -test.benchtime 64x -test.timeout 65s ${GPU_CHECK_TEST_FLAGS:-}) 2>&1 | tee "$outdir/infer-bench.log"
+	local ibench_rc=${PIPESTATUS[0]}
+	tqrun 2>&1 | tee "$outdir/tq-run.log"
+	local run_rc=${PIPESTATUS[0]}
 
+	count() { echo "$(grep -c -- '--- PASS' "$1") passed, $(grep -c -- '--- FAIL' "$1") failed, $(grep -c -- '--- SKIP' "$1") skipped"; }
 	{
-		echo "tests: exit $test_rc; $(grep -c -- '--- PASS' "$outdir/tests.log") passed, $(grep -c -- '--- FAIL' "$outdir/tests.log") failed, $(grep -c -- '--- SKIP' "$outdir/tests.log") skipped"
+		echo "kernel tests: exit $test_rc; $(count "$outdir/tests.log")"
 		grep -E -- '--- FAIL' "$outdir/tests.log"
 		grep -E 'backend: ' "$outdir/tests.log" | head -n 1
-		echo "benchmarks: exit $bench_rc"
+		echo "kernel benchmarks: exit $bench_rc"
 		grep -E '^Benchmark' "$outdir/bench.log"
+		echo "model tests: exit $itest_rc; $(count "$outdir/infer-tests.log")"
+		grep -E -- '--- FAIL' "$outdir/infer-tests.log"
+		grep -E 'max\|Δp\|' "$outdir/infer-tests.log" | sed 's/^ *//'
+		echo "decode benchmark: exit $ibench_rc"
+		grep -E '^Benchmark' "$outdir/infer-bench.log"
+		echo "tq run: exit $run_rc"
+		grep -E '^tq run:|"(backend|gen_tok_s)"' "$outdir/tq-run.log"
 	} >"$outdir/summary.txt"
 	echo "==== summary ($outdir/summary.txt)"
 	cat "$outdir/summary.txt"
-	[ "$test_rc" -eq 0 ] && [ "$bench_rc" -eq 0 ]
+	[ "$test_rc" -eq 0 ] && [ "$bench_rc" -eq 0 ] && [ "$itest_rc" -eq 0 ] && [ "$ibench_rc" -eq 0 ] && [ "$run_rc" -eq 0 ]
 }
 
 case $mode in

@@ -3,10 +3,12 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -14,6 +16,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tq-project/tq/infer"
+	"github.com/tq-project/tq/infer/cuda"
+	"github.com/tq-project/tq/infer/plan"
 	"github.com/tq-project/tq/tokenizer"
 	"github.com/tq-project/tq/tokenizer/chat"
 )
@@ -31,28 +35,44 @@ type runOptions struct {
 	chat, ignoreEOS, json      bool
 	interactive                bool
 	ngl                        int
+	nglSet                     bool // --n-gpu-layers/--ngl given (else the placement is planned)
 	vram                       string
+	backend                    string
+	cpuMoE                     bool
 }
 
 func init() {
 	o := &runOptions{}
 	cmd := &cobra.Command{
 		Use:   "run MODEL.gguf",
-		Short: "Generate text with a GGUF model on the CPU",
-		Long: `run loads a GGUF model (llama, qwen2, qwen3, qwen3moe; weights used in place from the
-memory-mapped file), evaluates the prompt in one batch and streams the generated text.
-The closing line reports prompt and generation speed, time to first token and peak RSS.
+		Short: "Generate text with a GGUF model on the CPU and, where present, an NVIDIA GPU",
+		Long: `run loads a GGUF model (llama, qwen2, qwen3, qwen3moe, qwen35, qwen35moe; weights used in
+place from the memory-mapped file), evaluates the prompt in one batch and streams the
+generated text. The closing line reports prompt and generation speed, time to first token
+and peak RSS.
 
-The forward pass follows llama.cpp's CPU backend (activations rounded to each weight type's
-vec_dot type, f16 KV cache by default); sampling follows llama.cpp's default chain
-(repetition penalty, top-k, top-p, min-p, temperature). --temp 0 is greedy decoding.
-This build has no GPU backend: --n-gpu-layers and --vram are accepted and ignored.`,
+The forward pass on the CPU follows llama.cpp's CPU backend (activations rounded to each
+weight type's vec_dot type, f16 KV cache by default); sampling follows llama.cpp's default
+chain (repetition penalty, top-k, top-p, min-p, temperature). --temp 0 is greedy decoding.
+
+GPU: --backend auto (default) uses an NVIDIA GPU when the driver (libcuda.so.1) reports one,
+and otherwise says so in one line and runs on the CPU; --backend cuda fails instead, --backend
+cpu never touches the driver. The last --n-gpu-layers blocks run on the GPU (more than the
+model's block count also moves the LM head there), as llama.cpp's -ngl counts them. Without
+--n-gpu-layers the placement is planned (as tq plan does) for --vram, or for the device's free
+memory, and printed in one line; --cpu-moe keeps every MoE expert tensor on the CPU. GPU
+layers compute in float32 without activation rounding and keep an f16 KV cache on the device.
+Models the GPU backend cannot run (qwen35/qwen35moe, weight types without a CUDA kernel, a
+non-f16 KV cache) run on the CPU with one line saying why.`,
 		Example: `  tq run model.gguf -p "The capital of France is" -n 32
   tq run model.gguf -p "Write a haiku about Go." --chat --temp 0.7 --seed 1
   tq run model.gguf -i --system "You are terse." --no-think
-  tq run model.gguf -f prompt.txt --ctx 8192 --cache-type-k q8_0 --cache-type-v q8_0 --json`,
+  tq run model.gguf -f prompt.txt --ctx 8192 --cache-type-k q8_0 --cache-type-v q8_0 --json
+  tq run model.gguf -p "Hello" -ngl 99           # every block and the LM head on the GPU
+  tq run moe.gguf -p "Hello" --vram 8GiB --cpu-moe`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			o.nglSet = cmd.Flags().Changed("n-gpu-layers") || cmd.Flags().Changed("ngl")
 			if o.interactive {
 				_, err := runChat(cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], o, cmd.Flags().Changed("seed"))
 				return err
@@ -83,10 +103,32 @@ This build has no GPU backend: --n-gpu-layers and --vram are accepted and ignore
 	f.Int64Var(&o.seed, "seed", -1, "sampling seed (-1: random)")
 	f.BoolVar(&o.ignoreEOS, "ignore-eos", false, "keep generating after end-of-text tokens")
 	f.BoolVar(&o.json, "json", false, "print one JSON document (text, tokens, timings) instead of streaming")
-	f.IntVarP(&o.ngl, "n-gpu-layers", "g", 0, "layers to offload to a GPU (accepted; this build runs on the CPU)")
-	f.IntVar(&o.ngl, "ngl", 0, "alias of --n-gpu-layers")
-	f.StringVar(&o.vram, "vram", "", "GPU memory budget (accepted; this build runs on the CPU)")
+	f.StringVar(&o.backend, "backend", "auto", "compute backend: auto (CUDA when a GPU is usable, else CPU), cuda, cpu")
+	f.IntVarP(&o.ngl, "n-gpu-layers", "g", 0, "blocks to run on the GPU, counted from the last (> block count: also the LM head; default: planned from --vram)")
+	f.IntVar(&o.ngl, "ngl", 0, "alias of --n-gpu-layers (llama.cpp's single-dash -ngl is accepted too)")
+	f.StringVar(&o.vram, "vram", "", "GPU memory budget for the planned placement, e.g. 8GiB (default: the device's free memory)")
+	f.BoolVar(&o.cpuMoE, "cpu-moe", false, "keep every MoE expert tensor on the CPU (llama.cpp --cpu-moe)")
 	rootCmd.AddCommand(cmd)
+	if len(os.Args) > 1 && slices.Contains(os.Args[1:], "run") {
+		os.Args = dashNGL(os.Args)
+	}
+}
+
+// dashNGL rewrites llama.cpp's single-dash -ngl N (which the flag parser would read as -n "gl")
+// to --ngl N, up to a "--" that ends the flags.
+func dashNGL(args []string) []string {
+	out := slices.Clone(args)
+	for i, a := range out {
+		if a == "--" {
+			break
+		}
+		if a == "-ngl" {
+			out[i] = "--ngl"
+		} else if v, ok := strings.CutPrefix(a, "-ngl="); ok {
+			out[i] = "--ngl=" + v
+		}
+	}
+	return out
 }
 
 // runResult is the --json output of tq run.
@@ -106,6 +148,8 @@ type runResult struct {
 	Kernels      string              `json:"kernels"`
 	Seed         uint64              `json:"seed"`
 	Device       string              `json:"device"`
+	Backend      string              `json:"backend"`   // the backend selection line
+	Placement    runPlacement        `json:"placement"` // where the blocks ran
 }
 
 func runRun(stdout, stderr io.Writer, path string, o *runOptions, seedSet bool) error {
@@ -122,13 +166,6 @@ func runRun(stdout, stderr io.Writer, path string, o *runOptions, seedSet bool) 
 	}
 	if o.n == 0 || o.n < -1 {
 		return fmt.Errorf("-n %d: give a positive token count, or -1 to generate until end of text", o.n)
-	}
-	device := "CPU"
-	if o.ngl != 0 || o.vram != "" {
-		device = "CPU (no CUDA backend in this build: --n-gpu-layers/--vram ignored)"
-		if !o.json {
-			fmt.Fprintln(stderr, "tq run: no CUDA backend in this build/no GPU: running on CPU")
-		}
 	}
 	seed := uint64(o.seed)
 	if !seedSet || o.seed < 0 {
@@ -178,16 +215,16 @@ func runRun(stdout, stderr io.Writer, path string, o *runOptions, seedSet bool) 
 	if len(ids) >= o.ctx {
 		return fmt.Errorf("the prompt has %d tokens, which does not fit the context of %d (raise --ctx)", len(ids), o.ctx)
 	}
-	src, err := infer.OpenGGUF(path)
+	var logw io.Writer = stderr
+	if o.json {
+		logw = io.Discard // the backend and placement are in the JSON document
+	}
+	rm, err := loadRunModel(logw, path, o)
 	if err != nil {
 		return err
 	}
-	defer src.Close()
-	m, err := infer.Load(src, infer.Options{Threads: o.threads, CtxSize: o.ctx, CacheTypeK: o.cacheK, CacheTypeV: o.cacheV, BatchSize: o.batch})
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	defer m.Close()
+	defer rm.Close()
+	m := rm.m
 	sess, err := m.NewSession()
 	if err != nil {
 		return err
@@ -222,7 +259,7 @@ func runRun(stdout, stderr io.Writer, path string, o *runOptions, seedSet bool) 
 		return writeJSON(stdout, runResult{Model: path, Arch: m.Config().Arch, Prompt: prompt, PromptTokens: ids,
 			Text: tok.Decode(out), Tokens: out, Stats: st, PromptTokS: st.PromptTokS(), GenTokS: st.GenTokS(),
 			TTFTMs: float64(st.TTFT) / 1e6, PeakRSS: rss, Threads: m.Threads(), Kernels: infer.KernelImplementation(),
-			Seed: seed, Device: device})
+			Seed: seed, Device: rm.device, Backend: rm.backend, Placement: rm.placement})
 	}
 	stream.flush()
 	fmt.Fprintln(stream.w)
@@ -317,4 +354,190 @@ func readToolsFile(path string) ([]json.RawMessage, error) {
 		}
 	}
 	return tools, nil
+}
+
+// runPlacement is where tq run put the model (--json "placement").
+type runPlacement struct {
+	GPULayers      int    `json:"gpu_layers"`       // blocks on the GPU (the last ones)
+	OutputOnGPU    bool   `json:"output_on_gpu"`    // output norm and LM head on the GPU
+	CPUMoE         int    `json:"cpu_moe"`          // GPU blocks whose experts stay on the CPU
+	NGL            int    `json:"ngl"`              // the equivalent -ngl
+	GPUWeightBytes int64  `json:"gpu_weight_bytes"` // uploaded weights
+	Source         string `json:"source"`           // how the placement was chosen
+}
+
+// runModel is a model loaded for tq run, with the device it uses (nil: CPU).
+type runModel struct {
+	src       *infer.GGUFSource
+	m         *infer.Model
+	dev       *cuda.Device
+	backend   string // the backend selection line
+	device    string // "CPU" or the device description
+	placement runPlacement
+}
+
+// Close frees the model, then closes the device and the file.
+func (r *runModel) Close() {
+	r.m.Close()
+	if r.dev != nil {
+		r.dev.Close()
+	}
+	r.src.Close()
+}
+
+// loadRunModel selects the backend (--backend), decides the placement (--n-gpu-layers, else
+// planned with infer/plan for --vram or the device's free memory; --cpu-moe), loads the model
+// and writes one line about the backend and, with a GPU, one about the placement to logw. A
+// model the GPU backend cannot run (infer.ErrGPUUnsupported, a driver error while uploading, a
+// failed plan) is loaded on the CPU with one line saying why (an error with --backend cuda).
+func loadRunModel(logw io.Writer, path string, o *runOptions) (*runModel, error) {
+	if o.nglSet && o.ngl < 0 {
+		return nil, fmt.Errorf("--n-gpu-layers %d: give 0 or more blocks", o.ngl)
+	}
+	var budget int64
+	if o.vram != "" {
+		v, err := plan.ParseSize(o.vram)
+		if err != nil {
+			return nil, fmt.Errorf("--vram: %w", err)
+		}
+		budget = v
+	}
+	opts := infer.Options{Threads: o.threads, CtxSize: o.ctx, CacheTypeK: o.cacheK, CacheTypeV: o.cacheV, BatchSize: o.batch}
+	r := &runModel{device: "CPU"}
+	name := strings.ToLower(strings.TrimSpace(o.backend))
+	var line string
+	switch {
+	case name != "" && name != "auto" && name != "cpu" && name != "cuda":
+		return nil, fmt.Errorf("--backend %q: want auto, cpu or cuda", o.backend)
+	case o.nglSet && o.ngl == 0 && name != "cuda":
+		line = "backend: cpu (--n-gpu-layers 0)"
+	default:
+		d, l, err := cuda.Select(o.backend)
+		if err != nil {
+			return nil, err
+		}
+		r.dev, line = d, l
+	}
+	r.backend = line
+	fmt.Fprintln(logw, "tq run: "+line)
+	fail := func(err error) (*runModel, error) {
+		if r.dev != nil {
+			r.dev.Close()
+		}
+		if r.src != nil {
+			r.src.Close()
+		}
+		return nil, err
+	}
+	src, err := infer.OpenGGUF(path)
+	if err != nil {
+		return fail(err)
+	}
+	r.src = src
+	if r.dev != nil {
+		r.device = r.dev.Info().String()
+		cfg, err := infer.ReadConfig(src)
+		if err != nil {
+			return fail(fmt.Errorf("%s: %w", path, err))
+		}
+		ngl, cpuMoE, how, err := choosePlacement(path, cfg, r.dev, o, budget)
+		if err != nil {
+			if name == "cuda" {
+				return fail(err)
+			}
+			ngl, how = 0, err.Error() // planning failed: the CPU still runs the model
+		}
+		r.placement.Source = how
+		if ngl == 0 {
+			fmt.Fprintf(logw, "tq run: placement: CPU only (%s)\n", how)
+			r.dev.Close()
+			r.dev, r.device = nil, "CPU"
+		} else {
+			g := opts
+			g.Backend, g.GPULayers, g.CPUMoE = r.dev, ngl, cpuMoE
+			m, err := infer.Load(src, g)
+			var ce *cuda.Error // a driver failure while uploading (out of memory, ...)
+			switch {
+			case err == nil:
+				r.m = m
+				p := m.GPUPlacement()
+				r.placement = runPlacement{GPULayers: p.Layers, OutputOnGPU: p.OutputOnGPU, CPUMoE: p.CPUMoE, NGL: ngl,
+					GPUWeightBytes: p.WeightBytes, Source: how}
+				fmt.Fprintln(logw, "tq run: placement: "+placementLine(cfg, r.placement))
+				return r, nil
+			case (errors.Is(err, infer.ErrGPUUnsupported) || errors.As(err, &ce)) && name != "cuda":
+				fmt.Fprintf(logw, "tq run: %v: running on CPU\n", err)
+				r.dev.Close()
+				r.dev, r.device = nil, "CPU"
+				r.placement.Source = "CPU fallback: " + err.Error()
+			default:
+				return fail(fmt.Errorf("%s: %w", path, err))
+			}
+		}
+	}
+	m, err := infer.Load(src, opts)
+	if err != nil {
+		return fail(fmt.Errorf("%s: %w", path, err))
+	}
+	r.m = m
+	return r, nil
+}
+
+// choosePlacement returns the GPU blocks (-ngl) and the blocks whose experts stay on the CPU:
+// --n-gpu-layers as given (with --cpu-moe: every expert on the CPU), else the fastest placement
+// infer/plan finds for the budget (--vram, else the device's free memory). how describes the
+// choice in words.
+func choosePlacement(path string, cfg *infer.Config, dev *cuda.Device, o *runOptions, budget int64) (ngl, cpuMoE int, how string, err error) {
+	if o.nglSet {
+		ngl = o.ngl
+		how = fmt.Sprintf("--n-gpu-layers %d", o.ngl)
+		if o.cpuMoE {
+			cpuMoE = cfg.NLayer
+			how += " --cpu-moe"
+		}
+		return ngl, cpuMoE, how, nil
+	}
+	what := "--vram"
+	if budget == 0 {
+		free, _, err := dev.MemInfo()
+		if err != nil {
+			return 0, 0, "", err
+		}
+		budget, what = free, "the free device memory,"
+	}
+	pm, err := plan.FromGGUF(path)
+	if err != nil {
+		return 0, 0, "", err
+	}
+	po := plan.DefaultOptions()
+	po.Ctx, po.UBatch, po.VRAM, po.AllExpertsOnCPU = o.ctx, o.batch, budget, o.cpuMoE
+	if po.CacheTypeK, err = infer.ParseCacheType(o.cacheK); err != nil {
+		return 0, 0, "", fmt.Errorf("--cache-type-k: %w", err)
+	}
+	if po.CacheTypeV, err = infer.ParseCacheType(o.cacheV); err != nil {
+		return 0, 0, "", fmt.Errorf("--cache-type-v: %w", err)
+	}
+	rep, err := plan.Analyze(pm, po)
+	if err != nil {
+		return 0, 0, "", fmt.Errorf("%s: planning the placement: %w", path, err)
+	}
+	p := rep.Placement
+	how = fmt.Sprintf("planned for %s %s (tq plan: %s on the GPU with the %s reserve, fits: %v)", what,
+		plan.HumanBytes(budget), plan.HumanBytes(p.GPUBytes), plan.HumanBytes(po.GPUReserve), p.Fits)
+	return p.NGL, p.CPUMoE, how, nil
+}
+
+// placementLine describes a placement in one line.
+func placementLine(cfg *infer.Config, p runPlacement) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d of %d blocks", p.GPULayers, cfg.NLayer)
+	if p.OutputOnGPU {
+		b.WriteString(" + LM head")
+	}
+	fmt.Fprintf(&b, " on the GPU (-ngl %d)", p.NGL)
+	if cfg.NExpert > 0 {
+		fmt.Fprintf(&b, ", experts of %d of them on the CPU", p.CPUMoE)
+	}
+	fmt.Fprintf(&b, ", %s of weights uploaded; %s", plan.HumanBytes(p.GPUWeightBytes), p.Source)
+	return b.String()
 }

@@ -42,9 +42,6 @@ func runChat(in io.Reader, stdout, stderr io.Writer, path string, o *runOptions,
 	if o.n == 0 || o.n < -1 {
 		return nil, fmt.Errorf("-n %d: give a positive token count, or -1 to generate until end of text", o.n)
 	}
-	if o.ngl != 0 || o.vram != "" {
-		fmt.Fprintln(stderr, "tq run: no CUDA backend in this build/no GPU: running on CPU")
-	}
 	seed := uint64(o.seed)
 	if !seedSet || o.seed < 0 {
 		seed = rand.Uint64() >> 1
@@ -70,16 +67,12 @@ func runChat(in io.Reader, stdout, stderr io.Writer, path string, o *runOptions,
 		copts.EnableThinking = &off
 	}
 
-	src, err := infer.OpenGGUF(path)
+	rm, err := loadRunModel(stderr, path, o) // run.go: backend and placement, one line each
 	if err != nil {
 		return nil, err
 	}
-	defer src.Close()
-	m, err := infer.Load(src, infer.Options{Threads: o.threads, CtxSize: o.ctx, CacheTypeK: o.cacheK, CacheTypeV: o.cacheV, BatchSize: o.batch})
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	defer m.Close()
+	defer rm.Close()
+	m := rm.m
 	sess, err := m.NewSession()
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"runtime"
@@ -101,7 +102,12 @@ func openDevice(drv *driver, ordinal int) (*Device, error) {
 	if err := drv.call(fnDeviceGetName, uintptr(unsafe.Pointer(&name[0])), uintptr(len(name)), uintptr(d.dev)); err != nil {
 		return nil, err
 	}
-	d.info.Name = cString(&name[0])
+	// not cString, which views 4 KiB: name is a 256-byte Go array
+	if i := bytes.IndexByte(name[:], 0); i >= 0 {
+		d.info.Name = string(name[:i])
+	} else {
+		d.info.Name = string(name[:])
+	}
 	for _, a := range []struct {
 		attr int
 		dst  *int

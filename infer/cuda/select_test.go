@@ -48,7 +48,7 @@ func TestSelectFakeNoDevice(t *testing.T) {
 	if !Available() {
 		t.Skip("CUDA is not supported on this platform")
 	}
-	lib := fakeDriver(t, "fake-nodevice")
+	lib := fakeDriver(t, false)
 	d, line, err := SelectWith("auto", Options{Library: lib})
 	if d != nil || err != nil {
 		t.Fatalf("auto = %v, %v; want the CPU", d, err)
@@ -75,7 +75,7 @@ func TestSelectFakeMissingSymbol(t *testing.T) {
 	if !Available() {
 		t.Skip("CUDA is not supported on this platform")
 	}
-	lib := fakeDriver(t, "fake-initonly", "-DFAKE_INIT_OK")
+	lib := fakeDriver(t, true)
 	_, line, err := SelectWith("auto", Options{Library: lib})
 	if err != nil || !strings.Contains(line, "does not export cuDeviceGet") || !strings.HasPrefix(line, "backend: cpu (cuda unavailable: ") {
 		t.Fatalf("auto: %q, %v", line, err)

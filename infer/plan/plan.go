@@ -19,6 +19,9 @@ type Options struct {
 
 	VRAM       int64 // GPU memory budget in bytes (0: CPU only)
 	GPUReserve int64 // bytes of the budget kept free (driver, context, fragmentation)
+	// AllExpertsOnCPU keeps the experts of every block on the CPU (llama.cpp --cpu-moe): the
+	// planner then chooses only -ngl.
+	AllExpertsOnCPU bool
 
 	CPUBandwidth float64 // GB/s of memory bandwidth available to decode on the CPU
 	GPUBandwidth float64 // GB/s of GPU memory bandwidth
@@ -338,9 +341,13 @@ func bestPlacement(m *Model, b *Breakdown, o Options) Placement {
 	if m.Shape.MoE() {
 		maxMoE = L
 	}
+	minMoE := 0
+	if o.AllExpertsOnCPU {
+		minMoE = maxMoE
+	}
 	for ngl := 0; ngl <= L+1; ngl++ {
-		for k := 0; k <= maxMoE; k++ {
-			if k > 0 && k <= L-min(ngl, L) {
+		for k := minMoE; k <= maxMoE; k++ {
+			if k > minMoE && k <= L-min(ngl, L) {
 				continue // experts of CPU blocks are on the CPU anyway
 			}
 			p := evaluate(m, b, o, ngl, k)

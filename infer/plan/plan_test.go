@@ -394,3 +394,39 @@ func TestParseSize(t *testing.T) {
 		}
 	}
 }
+
+// AllExpertsOnCPU (--cpu-moe) keeps every block's experts on the CPU: with the same 12 GiB the
+// planner offloads every block and the head (the dense part is small) and --n-cpu-moe covers all
+// 48 blocks; with a budget below the dense part it offloads fewer blocks, still with every
+// expert on the CPU.
+func TestPlacementAllExpertsOnCPU(t *testing.T) {
+	m := mustHF(t, qwen3_30b, "q4_K")
+	o := DefaultOptions()
+	o.VRAM = 12 * gib
+	o.AllExpertsOnCPU = true
+	r, err := Analyze(m, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := r.Placement
+	if p.NGL != 49 || p.CPUMoE != 48 || !p.Fits || !strings.Contains(p.Args, "--n-cpu-moe 48") {
+		t.Fatalf("12 GiB, experts on the CPU: %+v", p)
+	}
+	var experts int64
+	for _, l := range r.Memory.Layers {
+		experts += l.Experts
+	}
+	if p.CPUBytes < experts {
+		t.Fatalf("CPU holds %d bytes, less than the %d bytes of experts", p.CPUBytes, experts)
+	}
+	o.VRAM = 1 * gib
+	r, err = Analyze(m, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := r.Placement; p.GPULayers > 0 && p.CPUMoE != 48 {
+		t.Fatalf("1 GiB, experts on the CPU: %+v", p)
+	} else {
+		t.Logf("1 GiB: -ngl %d, --n-cpu-moe %d, fits %v", p.NGL, p.CPUMoE, p.Fits)
+	}
+}

@@ -8,7 +8,9 @@
 // It implements the subset of the driver API package cuda calls. Device pointers are host
 // addresses; every allocation is followed by an inaccessible guard page, so reads or writes past the
 // end of a buffer (beyond its 256-byte rounding) fault. Launches run block by block, each CUDA
-// thread as a coroutine (see cuemu.h).
+// thread as a coroutine (see cuemu.h). On x86-64 a coroutine switch is a few instructions
+// (tq_emu_switch below: callee-saved registers and the stack pointer); elsewhere it falls back to
+// ucontext, whose swapcontext costs a signal-mask system call per switch (correct, ~20x slower).
 #include "cuemu.h"
 
 #include <sys/mman.h>
@@ -30,8 +32,43 @@
 
 enum { ST_RUN, ST_WARP, ST_BLOCK, ST_DONE };
 
+#if defined(__x86_64__)
+#define TQ_FAST_SWITCH 1
+// tq_emu_switch(save, to): pushes the System V callee-saved registers, stores the stack pointer in
+// *save, switches to stack `to` and pops the registers saved there (by an earlier switch, or laid
+// out by start_stack for a new coroutine), then returns into it.
+extern "C" void tq_emu_switch(void** save, void* to);
+asm(R"(
+    .text
+    .globl tq_emu_switch
+    .hidden tq_emu_switch
+    .type tq_emu_switch, @function
+tq_emu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size tq_emu_switch, .-tq_emu_switch
+)");
+#endif
+
 struct tq_emu_thread {
+#if TQ_FAST_SWITCH
+    void* sp;
+#else
     ucontext_t ctx;
+#endif
     tq_dim3 tid;
     int linear;
     int state;
@@ -44,7 +81,11 @@ static const int kMaxThreads = 1024;
 static tq_emu_thread g_threads[kMaxThreads];
 static unsigned char* g_stacks;
 static tq_emu_thread* g_cur;
+#if TQ_FAST_SWITCH
+static void* g_sched_sp;
+#else
 static ucontext_t g_sched;
+#endif
 static uint32_t g_slots[kMaxThreads];
 static std::string g_err;
 static void (*g_fn)(void**);
@@ -65,7 +106,11 @@ void tq_emu_fail(const char* what, const void* p) {
 
 static void yield_to_scheduler(int state) {
     g_cur->state = state;
+#if TQ_FAST_SWITCH
+    tq_emu_switch(&g_cur->sp, g_sched_sp);
+#else
     swapcontext(&g_cur->ctx, &g_sched);
+#endif
 }
 
 void tq_emu_syncthreads() { yield_to_scheduler(ST_BLOCK); }
@@ -82,7 +127,25 @@ uint32_t tq_emu_shfl_xor(uint32_t v, int mask) {
 static void thread_entry() {
     g_fn(g_params);
     g_cur->state = ST_DONE;
+#if TQ_FAST_SWITCH
+    // A finished coroutine is never resumed: switch back to the scheduler for good.
+    tq_emu_switch(&g_cur->sp, g_sched_sp);
+    abort();
+#endif
 }
+
+#if TQ_FAST_SWITCH
+// start_stack lays out a new coroutine's stack so that the first tq_emu_switch into it pops six
+// zero registers and "returns" into thread_entry with the stack aligned as after a call.
+static void* start_stack(unsigned char* base) {
+    uintptr_t top = ((uintptr_t)base + kStack) & ~(uintptr_t)15;
+    void** sp = (void**)top;
+    *--sp = nullptr;                    // thread_entry's return address: never used
+    *--sp = (void*)&thread_entry;       // popped by tq_emu_switch's ret
+    for (int r = 0; r < 6; ++r) *--sp = nullptr; // rbp rbx r12 r13 r14 r15
+    return sp;
+}
+#endif
 
 static bool run_block(int n) {
     if (!g_stacks) {
@@ -100,17 +163,25 @@ static bool run_block(int n) {
         t.linear = i;
         t.tid = {(unsigned)i % bx, ((unsigned)i / bx) % by, (unsigned)i / (bx * by)};
         t.state = ST_RUN;
+#if TQ_FAST_SWITCH
+        t.sp = start_stack(g_stacks + (size_t)i * kStack);
+#else
         getcontext(&t.ctx);
         t.ctx.uc_stack.ss_sp = g_stacks + (size_t)i * kStack;
         t.ctx.uc_stack.ss_size = kStack;
         t.ctx.uc_link = &g_sched;
         makecontext(&t.ctx, thread_entry, 0);
+#endif
     }
     for (;;) {
         for (int i = 0; i < n; ++i) {
             if (g_threads[i].state != ST_RUN) continue;
             g_cur = &g_threads[i];
+#if TQ_FAST_SWITCH
+            tq_emu_switch(&g_sched_sp, g_threads[i].sp);
+#else
             swapcontext(&g_sched, &g_threads[i].ctx);
+#endif
             g_cur = nullptr;
             if (!g_err.empty()) return false;
         }
