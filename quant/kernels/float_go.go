@@ -3,9 +3,6 @@ package kernels
 // The pure-Go twins reproduce the assembly (and ggml's x86 vec_dot_f32/f16/bf16) bit for bit:
 // 4 accumulators of 8 lanes over 32-element steps, ggml's reductions, the leftovers after.
 
-// fmaF32 is a single-rounding float32 fused multiply-add (lanes8FMA, exact for finite inputs).
-func fmaF32(a, b, c float32) float32 { return lanes8FMA(a, b, c) }
-
 // reduceGGML is GGML_F32x8_REDUCE: x0+=x2, x1+=x3, x0+=x1, lo+hi, two horizontal adds.
 func reduceGGML(acc *[4][8]float32) float32 {
 	var x [8]float32
@@ -24,13 +21,13 @@ func dotF32Go(a, b []float32) float32 {
 	for i := 0; i < np; i += 32 {
 		for j := 0; j < 4; j++ {
 			for l := 0; l < 8; l++ {
-				acc[j][l] = fmaF32(a[i+8*j+l], b[i+8*j+l], acc[j][l])
+				acc[j][l] = lanes8FMA(a[i+8*j+l], b[i+8*j+l], acc[j][l])
 			}
 		}
 	}
 	s := reduceGGML(&acc)
 	for i := np; i < n; i++ {
-		s = fmaF32(a[i], b[i], s)
+		s = lanes8FMA(a[i], b[i], s)
 	}
 	return s
 }
@@ -44,7 +41,7 @@ func dotF16F32Go(w []byte, x []float32) float32 {
 		for j := 0; j < 4; j++ {
 			for l := 0; l < 8; l++ {
 				k := i + 8*j + l
-				acc[j][l] = fmaF32(halfToFloat(le16(w[2*k:])), x[k], acc[j][l])
+				acc[j][l] = lanes8FMA(halfToFloat(le16(w[2*k:])), x[k], acc[j][l])
 			}
 		}
 	}

@@ -1,44 +1,10 @@
 package kernels
 
-import "math"
-
 // Pure-Go twins of the repack-order kernels (see repack.go for the formulas). They are the
 // reference the assembly is tested against, bit for bit.
 
-// repackFMA32 returns a·b + c rounded once to float32, exactly like VFMADD…PS.
-//
-// The obvious float32(math.FMA(float64(a), float64(b), float64(c))) is almost always right:
-// a·b is exact in float64 (24+24 significand bits ≤ 53), so only the addition rounds, first to
-// 53 bits and then to 24. That double rounding errs only when the first rounding lands exactly
-// on a float32 midpoint that the exact sum was not on, which needs c to be ~2^29 times
-// smaller or larger than a·b with particular bit patterns: astronomically rare for kernel
-// data, but possible. Instead the float64 sum is rounded to odd (Boldo–Melquiond): the exact
-// rounding error of the float64 addition is recovered with TwoSum, and when it is non-zero
-// and the float64 result is even, the result moves one float64 ulp towards the exact value.
-// A round-to-odd result with ≥ 2 extra bits rounds to the correctly rounded float32, so this
-// is exact for every finite input, subnormals and overflow included.
-func repackFMA32(a, b, c float32) float32 {
-	p := float64(float64(a) * float64(b)) // exact; the conversion also forbids fusion
-	cc := float64(c)
-	s := p + cc
-	if math.IsInf(s, 0) || s != s {
-		return float32(s)
-	}
-	// TwoSum (Knuth): e = (p + cc) − s exactly.
-	bb := s - p
-	e := (p - (s - bb)) + (cc - bb)
-	if e != 0 {
-		if bits := math.Float64bits(s); bits&1 == 0 {
-			if (e > 0) == (s > 0) {
-				bits++ // away from zero, towards the exact value
-			} else {
-				bits--
-			}
-			s = math.Float64frombits(bits)
-		}
-	}
-	return float32(s)
-}
+// The FMA of the chains is lanes8FMA (lanes8.go): a single-rounding float32 FMA, exact for
+// every finite input.
 
 // repackLUTQ4_0 maps a Q4_0 nibble q to its signed value q−8; repackLUTIQ4NL is ggml's IQ4_NL
 // codebook (facts §2.7).
@@ -84,7 +50,7 @@ func dotQ4RepackGo(lut *[16]int8, nb int, w, x []byte, gemm bool, acc float32) f
 		xb := (*[BlockBytesQ8_0]byte)(x[b*BlockBytesQ8_0:])
 		isum := repackBlockSumQ4(lut, (*[16]byte)(wb[2:]), (*[32]byte)(xb[2:]), gemm)
 		d := float32(halfToFloat(le16(wb[0:])) * halfToFloat(le16(xb[0:])))
-		acc = repackFMA32(float32(isum), d, acc)
+		acc = lanes8FMA(float32(isum), d, acc)
 	}
 	return acc
 }
@@ -130,8 +96,8 @@ func dotQ4KRepackGo(nb int, w, x []byte, gemm bool, acc, accm float32) (float32,
 		dmin := float32(halfToFloat(le16(wb[2:])) * dx)
 		if gemm {
 			for c := 0; c < 4; c++ {
-				acc = repackFMA32(float32(cs[c]), d, acc)
-				accm = repackFMA32(float32(m[2*c]*p[2*c]+m[2*c+1]*p[2*c+1]), dmin, accm)
+				acc = lanes8FMA(float32(cs[c]), d, acc)
+				accm = lanes8FMA(float32(m[2*c]*p[2*c]+m[2*c+1]*p[2*c+1]), dmin, accm)
 			}
 			continue
 		}
@@ -140,8 +106,8 @@ func dotQ4KRepackGo(nb int, w, x []byte, gemm bool, acc, accm float32) (float32,
 		for j := 0; j < 8; j++ {
 			imin += m[j] * p[j]
 		}
-		acc = repackFMA32(float32(isum), d, acc)
-		accm = repackFMA32(float32(imin), dmin, accm)
+		acc = lanes8FMA(float32(isum), d, acc)
+		accm = lanes8FMA(float32(imin), dmin, accm)
 	}
 	return acc, accm
 }

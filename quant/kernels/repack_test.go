@@ -94,8 +94,8 @@ func TestRepackFMA32(t *testing.T) {
 	if naive := float32(math.FMA(float64(a), float64(b), float64(c))); naive == exact(a, b, c) {
 		t.Fatal("the double-rounding trap does not trap the naive formulation")
 	}
-	if got, want := repackFMA32(a, b, c), exact(a, b, c); math.Float32bits(got) != math.Float32bits(want) {
-		t.Fatalf("trap: repackFMA32 = %g (%#x), exact %g (%#x)", got, math.Float32bits(got), want, math.Float32bits(want))
+	if got, want := lanes8FMA(a, b, c), exact(a, b, c); math.Float32bits(got) != math.Float32bits(want) {
+		t.Fatalf("trap: lanes8FMA = %g (%#x), exact %g (%#x)", got, math.Float32bits(got), want, math.Float32bits(want))
 	}
 	r := newRNG(40)
 	randF := func(emin, emax int) float32 {
@@ -119,9 +119,9 @@ func TestRepackFMA32(t *testing.T) {
 		default: // subnormal results
 			a, b, c = randF(-80, -60), randF(-80, -60), randF(-149, -126)
 		}
-		got, want := repackFMA32(a, b, c), exact(a, b, c)
+		got, want := lanes8FMA(a, b, c), exact(a, b, c)
 		if math.Float32bits(got) != math.Float32bits(want) && !(got == 0 && want == 0) {
-			t.Fatalf("repackFMA32(%g, %g, %g) = %g (%#x), exact %g (%#x)", a, b, c, got, math.Float32bits(got), want, math.Float32bits(want))
+			t.Fatalf("lanes8FMA(%g, %g, %g) = %g (%#x), exact %g (%#x)", a, b, c, got, math.Float32bits(got), want, math.Float32bits(want))
 		}
 		if float32(math.FMA(float64(a), float64(b), float64(c))) != want {
 			naiveWrong++
