@@ -17,13 +17,14 @@ func quantizeQ8_0AVX2(dst *byte, x *float32, nb int)
 func quantizeQ8KAVX2(dst *byte, x *float32, nb int)
 
 // dotQ8_0Q8_0AVX2 and dotQ4_0Q8_0AVX2 take the activation block scales pre-converted to
-// float32 in xs (see q8ScalesAVX2), so a mat-vec converts them once for all rows.
+// float32 in xs (see q8ScalesAVX2), so a mat-vec converts them once for all rows. They
+// accumulate into the 8 lanes of acc (ggml's order); hsum8(acc) is the dot product.
 //
 //go:noescape
-func dotQ8_0Q8_0AVX2(w, x *byte, xs *float32, nb int) float32
+func dotQ8_0Q8_0AVX2(w, x *byte, xs *float32, nb int, acc *[8]float32)
 
 //go:noescape
-func dotQ4_0Q8_0AVX2(w, x *byte, xs *float32, nb int) float32
+func dotQ4_0Q8_0AVX2(w, x *byte, xs *float32, nb int, acc *[8]float32)
 
 // q8ScalesAVX2 widens the fp16 scales of nb Q8_0 blocks at x into dst[0:nb].
 //

@@ -7,17 +7,17 @@ const haveAsm = false
 
 const noAsm = "kernels: assembly kernel called in a build without assembly"
 
-func quantizeQ8_0AVX2(dst *byte, x *float32, nb int)          { panic(noAsm) }
-func quantizeQ8KAVX2(dst *byte, x *float32, nb int)           { panic(noAsm) }
-func dotQ8_0Q8_0AVX2(w, x *byte, xs *float32, nb int) float32 { panic(noAsm) }
-func dotQ4_0Q8_0AVX2(w, x *byte, xs *float32, nb int) float32 { panic(noAsm) }
-func q8ScalesAVX2(x *byte, nb int, dst *float32)              { panic(noAsm) }
-func dotQ4KQ8KAVX2(w, x *byte, nb int) float32                { panic(noAsm) }
-func dotQ5KQ8KAVX2(w, x *byte, nb int) float32                { panic(noAsm) }
-func dotQ6KQ8KAVX2(w, x *byte, nb int) float32                { panic(noAsm) }
-func dotF32AVX2(a, b *float32, n int) float32                 { panic(noAsm) }
-func dotF16F32AVX2(w *byte, x *float32, n int) float32        { panic(noAsm) }
-func dotBF16F32AVX2(w *byte, x *float32, n int) float32       { panic(noAsm) }
+func quantizeQ8_0AVX2(dst *byte, x *float32, nb int)                   { panic(noAsm) }
+func quantizeQ8KAVX2(dst *byte, x *float32, nb int)                    { panic(noAsm) }
+func dotQ8_0Q8_0AVX2(w, x *byte, xs *float32, nb int, acc *[8]float32) { panic(noAsm) }
+func dotQ4_0Q8_0AVX2(w, x *byte, xs *float32, nb int, acc *[8]float32) { panic(noAsm) }
+func q8ScalesAVX2(x *byte, nb int, dst *float32)                       { panic(noAsm) }
+func dotQ4KQ8KAVX2(w, x *byte, nb int) float32                         { panic(noAsm) }
+func dotQ5KQ8KAVX2(w, x *byte, nb int) float32                         { panic(noAsm) }
+func dotQ6KQ8KAVX2(w, x *byte, nb int) float32                         { panic(noAsm) }
+func dotF32AVX2(a, b *float32, n int) float32                          { panic(noAsm) }
+func dotF16F32AVX2(w *byte, x *float32, n int) float32                 { panic(noAsm) }
+func dotBF16F32AVX2(w *byte, x *float32, n int) float32                { panic(noAsm) }
 func sgemmKernel6x16AVX2(k int, a *float32, lda int, b, c *float32, ldc int, accumulate bool) {
 	panic(noAsm)
 }

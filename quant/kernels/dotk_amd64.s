@@ -2,11 +2,13 @@
 
 #include "textflag.h"
 
-// K-quant · Q8_K dot products (Q4_K, Q5_K, Q6_K). Per super-block the sub-block scales are
-// applied in exact int32 arithmetic (VPMADDUBSW pairs, then VPMADDWD by the scale), the 8
-// int32 lanes are converted to float and FMA-accumulated with d·dx. The Q4_K/Q5_K minimum
-// term Σ m_j·(bsum_2j + bsum_2j+1) and the Q6_K offset 32·Σ sc_s·bsum_s come from the Q8_K
-// bsums, as in ggml.
+// K-quant · Q8_K dot products (Q4_K, Q5_K, Q6_K) in ggml's AVX2 vec_dot order, bit for bit.
+// Per super-block the sub-block scales are applied in exact int32 arithmetic (VPMADDUBSW
+// pairs, then VPMADDWD by the scale), the 8 int32 lanes are converted to float and
+// FMA-accumulated with d·dx. The Q4_K/Q5_K minimum term Σ m_j·(bsum_2j + bsum_2j+1) comes
+// from the Q8_K bsums and is accumulated as ggml does it: Q4_K in 4 float lanes (pairs of
+// sub-blocks), Q5_K in one float; both with a negated-product FMA. The Q6_K offset
+// 32·(sc_2k·bsum_2k + sc_2k+1·bsum_2k+1) is subtracted from int32 lane k before conversion.
 
 DATA nib4<>+0(SB)/1, $0x0f
 GLOBL nib4<>(SB), RODATA|NOPTR, $1
@@ -82,7 +84,7 @@ GLOBL q6scale<>(SB), RODATA|NOPTR, $128
 	VADDSS       X1, X0, X0
 
 // Decode the Q4_K/Q5_K 12-byte scales at 4(SI): Y2 = the 8 scales as int16 words in both
-// lanes; Y3 = float32(m_j·(bsum_2j + bsum_2j+1)) from the Q8_K bsums at 260(DI).
+// lanes; Y3 = int32 m_j·(bsum_2j + bsum_2j+1) from the Q8_K bsums at 260(DI).
 // Then Y6 = broadcast d·dx and Y7 = broadcast dmin·dx.
 // Clobbers AX, BX, DX, R8-R12, Y4, X5.
 #define KSCALES \
@@ -117,7 +119,6 @@ GLOBL q6scale<>(SB), RODATA|NOPTR, $128
 	VPUNPCKLBW   X3, X3, X3           \
 	VPMOVZXBW    X3, Y3               \
 	VPMADDWD     260(DI), Y3, Y3      \
-	VCVTDQ2PS    Y3, Y3               \
 	VMOVD        0(SI), X5            \
 	VCVTPH2PS    X5, X5               \
 	VBROADCASTSS 0(DI), X4            \
@@ -156,7 +157,11 @@ TEXT ·dotQ4KQ8KAVX2(SB), NOSPLIT, $0-28
 
 q4kloop:
 	KSCALES
-	VFMADD231PS Y7, Y3, Y1
+	// ggml: 4 lanes (m_2k·s_2k + m_2k+1·s_2k+1), acc_m += (−dmin·dx)·lanes
+	VEXTRACTI128 $1, Y3, X4
+	VPHADDD      X4, X3, X3
+	VCVTDQ2PS    X3, X3
+	VFNMADD231PS X7, X3, X1
 	VPXOR       Y8, Y8, Y8
 	NIBBLES(16)
 	KPAIR(0, 4)
@@ -173,9 +178,13 @@ q4kloop:
 	DECQ        CX
 	JNZ         q4kloop
 
-	VSUBPS Y1, Y0, Y0
+	VMOVHLPS  X1, X1, X2
+	VADDPS    X2, X1, X2
+	VMOVSHDUP X2, X3
+	VADDSS    X3, X2, X2
 	HSUM0
-	VMOVSS X0, ret+24(FP)
+	VADDSS    X2, X0, X0
+	VMOVSS    X0, ret+24(FP)
 	VZEROUPPER
 	RET
 
@@ -201,7 +210,13 @@ TEXT ·dotQ5KQ8KAVX2(SB), NOSPLIT, $0-28
 
 q5kloop:
 	KSCALES
-	VFMADD231PS Y7, Y3, Y1
+	// ggml: summs += (−dmin·dx)·Σ_j m_j·s_j, one float
+	VEXTRACTI128 $1, Y3, X4
+	VPADDD       X4, X3, X3
+	VPHADDD      X3, X3, X3
+	VPHADDD      X3, X3, X3
+	VCVTDQ2PS    X3, X3
+	VFNMADD231SS X7, X3, X1
 	VPXOR       Y8, Y8, Y8
 	VMOVDQU     16(SI), Y13
 	NIBBLES(48)
@@ -223,8 +238,9 @@ q5kloop:
 	DECQ        CX
 	JNZ         q5kloop
 
-	VSUBPS Y1, Y0, Y0
+	VMOVAPS X1, X2
 	HSUM0
+	VADDSS  X2, X0, X0
 	VMOVSS X0, ret+24(FP)
 	VZEROUPPER
 	RET

@@ -2,9 +2,11 @@
 
 #include "textflag.h"
 
-// Q8_0·Q8_0 and Q4_0·Q8_0 dot products. Integer sums per 32-element block are exact for
-// every byte pattern; each block's 8 int32 lanes are converted to float and accumulated with
-// an FMA against the broadcast product of the two fp16 block scales.
+// Q8_0·Q8_0 and Q4_0·Q8_0 dot products in ggml's AVX2 vec_dot order. Integer sums per
+// 32-element block are exact for every byte pattern; each block's 8 int32 lanes are converted
+// to float and accumulated with an FMA against the broadcast product of the two fp16 block
+// scales into ONE 8-lane accumulator (acc, loaded and stored, so that a long row can be
+// processed in chunks); the caller sums the lanes with hsum8.
 
 DATA nib4<>+0(SB)/1, $0x0f
 GLOBL nib4<>(SB), RODATA|NOPTR, $1
@@ -29,15 +31,6 @@ DATA lane2<>+0(SB)/4, $2
 GLOBL lane2<>(SB), RODATA|NOPTR, $4
 DATA lane3<>+0(SB)/4, $3
 GLOBL lane3<>(SB), RODATA|NOPTR, $4
-
-// Horizontal sum of Y0 into X0[0] (clobbers X1).
-#define HSUM0 \
-	VEXTRACTF128 $1, Y0, X1 \
-	VADDPS       X1, X0, X0 \
-	VMOVHLPS     X0, X0, X1 \
-	VADDPS       X1, X0, X0 \
-	VMOVSHDUP    X0, X1     \
-	VADDSS       X1, X0, X0
 
 // Four block scales: the fp16 weight scales at 0, st, 2st, 3st (SI) times the float32
 // activation scales at 0(DX), broadcast into Y3, Y4, Y5, Y6 (clobbers AX, BX, R8, X2).
@@ -86,17 +79,17 @@ GLOBL lane3<>(SB), RODATA|NOPTR, $4
 	VPBROADCASTD lane2<>(SB), Y13 \
 	VPBROADCASTD lane3<>(SB), Y12
 
-// func dotQ8_0Q8_0AVX2(w, x *byte, xs *float32, nb int) float32
+// func dotQ8_0Q8_0AVX2(w, x *byte, xs *float32, nb int, acc *[8]float32)
 // xs[b] is the float32 value of activation block b's fp16 scale.
-TEXT ·dotQ8_0Q8_0AVX2(SB), NOSPLIT, $0-36
+TEXT ·dotQ8_0Q8_0AVX2(SB), NOSPLIT, $0-40
 	MOVQ         w+0(FP), SI
 	MOVQ         x+8(FP), DI
 	MOVQ         xs+16(FP), DX
 	MOVQ         nb+24(FP), CX
 	VPBROADCASTW one16<>(SB), Y15
 	LOADPERM
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
+	MOVQ         acc+32(FP), R9
+	VMOVUPS      0(R9), Y0
 	CMPQ         CX, $4
 	JLT          q8tail
 
@@ -105,11 +98,11 @@ q8loop4:
 	Q8BLOCK(0, 0, Y7, Y8)
 	VFMADD231PS Y3, Y7, Y0
 	Q8BLOCK(34, 34, Y9, Y10)
-	VFMADD231PS Y4, Y9, Y1
+	VFMADD231PS Y4, Y9, Y0
 	Q8BLOCK(68, 68, Y7, Y8)
 	VFMADD231PS Y5, Y7, Y0
 	Q8BLOCK(102, 102, Y9, Y10)
-	VFMADD231PS Y6, Y9, Y1
+	VFMADD231PS Y6, Y9, Y0
 	ADDQ        $136, SI
 	ADDQ        $136, DI
 	ADDQ        $16, DX
@@ -132,9 +125,7 @@ q8loop1:
 	JNZ         q8loop1
 
 q8done:
-	VADDPS Y1, Y0, Y0
-	HSUM0
-	VMOVSS X0, ret+32(FP)
+	VMOVUPS Y0, 0(R9)
 	VZEROUPPER
 	RET
 
@@ -152,8 +143,8 @@ q8done:
 	VPMADDWD       Y15, a, a       \
 	VCVTDQ2PS      a, a
 
-// func dotQ4_0Q8_0AVX2(w, x *byte, xs *float32, nb int) float32
-TEXT ·dotQ4_0Q8_0AVX2(SB), NOSPLIT, $0-36
+// func dotQ4_0Q8_0AVX2(w, x *byte, xs *float32, nb int, acc *[8]float32)
+TEXT ·dotQ4_0Q8_0AVX2(SB), NOSPLIT, $0-40
 	MOVQ         w+0(FP), SI
 	MOVQ         x+8(FP), DI
 	MOVQ         xs+16(FP), DX
@@ -163,8 +154,8 @@ TEXT ·dotQ4_0Q8_0AVX2(SB), NOSPLIT, $0-36
 	VMOVDQU      hishift<>(SB), Y10
 	VPBROADCASTB eight8<>(SB), Y9
 	LOADPERM
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
+	MOVQ         acc+32(FP), R9
+	VMOVUPS      0(R9), Y0
 	CMPQ         CX, $4
 	JLT          q4tail
 
@@ -173,11 +164,11 @@ q4loop4:
 	Q4BLOCK(0, 0, Y7, Y8, Y2)
 	VFMADD231PS Y3, Y7, Y0
 	Q4BLOCK(18, 34, Y7, Y8, Y2)
-	VFMADD231PS Y4, Y7, Y1
+	VFMADD231PS Y4, Y7, Y0
 	Q4BLOCK(36, 68, Y7, Y8, Y2)
 	VFMADD231PS Y5, Y7, Y0
 	Q4BLOCK(54, 102, Y7, Y8, Y2)
-	VFMADD231PS Y6, Y7, Y1
+	VFMADD231PS Y6, Y7, Y0
 	ADDQ        $72, SI
 	ADDQ        $136, DI
 	ADDQ        $16, DX
@@ -200,9 +191,7 @@ q4loop1:
 	JNZ         q4loop1
 
 q4done:
-	VADDPS Y1, Y0, Y0
-	HSUM0
-	VMOVSS X0, ret+32(FP)
+	VMOVUPS Y0, 0(R9)
 	VZEROUPPER
 	RET
 

@@ -109,17 +109,17 @@ func QuantizeActivations(wt Type, dst []byte, x []float32) ([]byte, error) {
 // called directly, not through a func value, so xs does not escape.)
 func dotQ8Asm(t Type, nb int, w, x []byte) float32 {
 	var xs [256]float32
-	var sum float32
+	var acc [8]float32
 	for b0 := 0; b0 < nb; b0 += len(xs) {
 		c := min(len(xs), nb-b0)
 		q8ScalesAVX2(&x[b0*BlockBytesQ8_0], c, &xs[0])
 		if t == Q4_0 {
-			sum += dotQ4_0Q8_0AVX2(&w[b0*BlockBytesQ4_0], &x[b0*BlockBytesQ8_0], &xs[0], c)
+			dotQ4_0Q8_0AVX2(&w[b0*BlockBytesQ4_0], &x[b0*BlockBytesQ8_0], &xs[0], c, &acc)
 		} else {
-			sum += dotQ8_0Q8_0AVX2(&w[b0*BlockBytesQ8_0], &x[b0*BlockBytesQ8_0], &xs[0], c)
+			dotQ8_0Q8_0AVX2(&w[b0*BlockBytesQ8_0], &x[b0*BlockBytesQ8_0], &xs[0], c, &acc)
 		}
 	}
-	return sum
+	return hsum8(&acc)
 }
 
 // DotQ8_0Q8_0 returns the dot product of n elements (a multiple of 32) of a Q8_0 weight row

@@ -78,11 +78,13 @@ func matVecAsm(t Type, out []float32, w []byte, rowBytes int, xq []byte, nb, r0,
 		}
 		q8ScalesAVX2(&xq[0], nb, &xs[0])
 		for r := r0; r < r1; r++ {
+			var acc [8]float32
 			if t == Q8_0 {
-				out[r] = dotQ8_0Q8_0AVX2(&w[r*rowBytes], &xq[0], &xs[0], nb)
+				dotQ8_0Q8_0AVX2(&w[r*rowBytes], &xq[0], &xs[0], nb, &acc)
 			} else {
-				out[r] = dotQ4_0Q8_0AVX2(&w[r*rowBytes], &xq[0], &xs[0], nb)
+				dotQ4_0Q8_0AVX2(&w[r*rowBytes], &xq[0], &xs[0], nb, &acc)
 			}
+			out[r] = hsum8(&acc)
 		}
 	case Q4_K:
 		for r := r0; r < r1; r++ {

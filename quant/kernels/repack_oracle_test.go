@@ -47,8 +47,7 @@ func oracleSkip(t *testing.T, msg string) {
 
 func loadOracle(t *testing.T) *ggmlOracle {
 	t.Helper()
-	lib := filepath.Join(extRepoRoot(t), "testdata", "llamacpp", "node_modules", "@node-llama-cpp",
-		"linux-x64", "bins", "linux-x64", "libggml-cpu-haswell.so")
+	lib := oracleLibPath(t)
 	if _, err := os.Stat(lib); err != nil {
 		oracleSkip(t, "reference missing: llama.cpp's CPU library "+lib+"; run testdata/llamacpp/setup.sh")
 	}
@@ -97,6 +96,12 @@ func loadOracle(t *testing.T) *ggmlOracle {
 		t.Fatal(oracleErr)
 	}
 	return oracle
+}
+
+// oracleLibPath is node-llama-cpp's AVX2 CPU backend library.
+func oracleLibPath(t *testing.T) string {
+	return filepath.Join(extRepoRoot(t), "testdata", "llamacpp", "node_modules", "@node-llama-cpp",
+		"linux-x64", "bins", "linux-x64", "libggml-cpu-haswell.so")
 }
 
 // ccall calls a C function with integer/pointer arguments.
