@@ -362,7 +362,7 @@ func (s *Session) sharedExpert(hb *hybridBlock, h []float32, T int, y []float32)
 	g, u := st.sh1[:T*nf], st.sh2[:T*nf]
 	s.linear(hb.shGate, h, T, g)
 	s.linear(hb.shUp, h, T, u)
-	swiglu(g, u)
+	swiglu(g, u, nf)
 	s.linear(hb.shDown, g, T, y)
 	for t := 0; t < T; t++ {
 		gate := sigmoid(kDotF32(hb.shGateInp, h[t*E:(t+1)*E]))

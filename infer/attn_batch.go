@@ -120,7 +120,7 @@ func (s *Session) attentionLanes8(il, T, pos0 int) {
 					for u := 0; u < n; u++ {
 						sc[u] = kernels.DotLanes8(kf[u*hd:(u+1)*hd], q)
 					}
-					softmaxInPlace(sc, scale)
+					softmaxMasked(sc, scale)
 					roundTo(kv.tv, sc)
 					np := (n + 7) &^ 7
 					clear(p[n:np])

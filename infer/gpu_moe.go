@@ -79,7 +79,7 @@ func (s *Session) hostExperts(f *moeFFN, h []float32, T int, sel []int32, wts []
 		ms.ye = grow(ms.ye, n*E)
 		s.matmul(f.gate, e, ms.xe, n, ms.ge)
 		s.matmul(f.up, e, ms.xe, n, ms.ue)
-		swiglu(ms.ge, ms.ue)
+		swiglu(ms.ge, ms.ue, nff)
 		s.matmul(f.down, e, ms.ge, n, ms.ye)
 		for j, i := range ms.rows {
 			copy(ms.slotOut[i*E:(i+1)*E], ms.ye[j*E:(j+1)*E])

@@ -2,6 +2,8 @@ package infer
 
 import (
 	"math"
+
+	"github.com/tq-project/tq/quant/kernels"
 )
 
 // Element-wise building blocks, written to follow ggml's CPU ops in float32 (sums of squares in
@@ -30,15 +32,18 @@ func rmsNorm(y, x, w []float32, eps float32) {
 // silu is x·σ(x) computed as x/(1+e^-x).
 func silu(x float32) float32 { return x / (1 + float32(math.Exp(float64(-x)))) }
 
-// swiglu writes g[i] = silu(g[i]) * u[i].
-func swiglu(g, u []float32) {
+// swiglu writes g[i] = silu(g[i]) * u[i] for rows of n elements, exactly as
+// ggml_vec_swiglu_f32 (ggml_v_expf per group of 8 from each row start).
+func swiglu(g, u []float32, n int) {
 	u = u[:len(g)]
-	for i, v := range g {
-		g[i] = silu(v) * u[i]
+	for r := 0; r+n <= len(g); r += n {
+		kernels.SwiGLU(g[r:r+n], g[r:r+n], u[r:r+n])
 	}
 }
 
-// softmaxInPlace computes softmax(x*scale) in float32 with a float64 sum, as ggml_soft_max does.
+// softmaxInPlace computes softmax(x*scale) of a row of exactly len(x) elements as
+// ggml_soft_max does: float32 exponentials (ggml_v_expf per group of 8), per-8 float sums
+// added in float64, then one multiply by float32(1/sum).
 func softmaxInPlace(x []float32, scale float32) {
 	mx := float32(math.Inf(-1))
 	for i := range x {
@@ -47,11 +52,34 @@ func softmaxInPlace(x []float32, scale float32) {
 			mx = x[i]
 		}
 	}
-	var sum float64
-	for i, v := range x {
-		e := float32(math.Exp(float64(v - mx)))
-		x[i] = e
-		sum += float64(e)
+	sum := kernels.SoftMaxExp(x, x, mx)
+	inv := float32(1 / sum)
+	for i := range x {
+		x[i] *= inv
+	}
+}
+
+// softmaxMasked is softmaxInPlace for an attention row whose later positions are masked
+// (−Inf): llama.cpp's rows run over the padded KV length, so the partial last group of 8 is
+// evaluated by the vector exponential too, with the masked lanes contributing exactly 0.
+func softmaxMasked(x []float32, scale float32) {
+	mx := float32(math.Inf(-1))
+	for i := range x {
+		x[i] *= scale
+		if x[i] > mx {
+			mx = x[i]
+		}
+	}
+	n8 := len(x) &^ 7
+	sum := kernels.SoftMaxExp(x[:n8], x[:n8], mx)
+	if n8 < len(x) {
+		var pad [8]float32
+		for i := range pad {
+			pad[i] = float32(math.Inf(-1))
+		}
+		copy(pad[:], x[n8:])
+		sum += kernels.SoftMaxExp(pad[:], pad[:], mx)
+		copy(x[n8:], pad[:])
 	}
 	inv := float32(1 / sum)
 	for i := range x {
@@ -116,6 +144,18 @@ func newRopeParams(c *Config, freqs []float32) ropeParams {
 	return p
 }
 
+// ropeCosSin and logf are the libm functions of RoPE: llama.cpp calls the C library's cosf,
+// sinf and logf, whose last bit depends on the libc (glibc's cosf/sinf are not correctly
+// rounded: on this project's test machine they differ from the correctly rounded value for
+// about 1.3% of RoPE angles). tq uses correctly rounded values; tests substitute glibc's to
+// check everything else bit for bit.
+var (
+	ropeCosSin = func(x float32) (c, s float32) {
+		return float32(math.Cos(float64(x))), float32(math.Sin(float64(x)))
+	}
+	logf = func(x float32) float32 { return float32(math.Log(float64(x))) }
+)
+
 // cache fills cs (length nRot) with interleaved cos/sin for position pos.
 func (p *ropeParams) cache(cs []float32, pos int) {
 	theta := float32(pos)
@@ -131,11 +171,13 @@ func (p *ropeParams) cache(cs []float32, pos int) {
 		if p.extFactor != 0 {
 			y := (float32(i0/2) - p.corr[0]) / max(0.001, p.corr[1]-p.corr[0])
 			ramp := (1 - min(1, max(0, y))) * p.extFactor
-			th = thetaInterp*(1-ramp) + thetaExtrap*ramp
-			mscale *= 1 + 0.1*float32(math.Log(float64(1/p.freqScale)))
+			// ggml's C is contracted into FMAs here: θ_i·(1−r) + θ_e·r and 1 + 0.1·ln(1/s).
+			th = kernels.FMA32(thetaInterp, 1-ramp, float32(thetaExtrap*ramp))
+			mscale *= kernels.FMA32(0.1, logf(1/p.freqScale), 1)
 		}
-		cs[i0] = float32(math.Cos(float64(th))) * mscale
-		cs[i0+1] = float32(math.Sin(float64(th))) * mscale
+		c, s := ropeCosSin(th)
+		cs[i0] = c * mscale
+		cs[i0+1] = s * mscale
 		theta *= p.thetaScale
 	}
 }
@@ -149,15 +191,15 @@ func (p *ropeParams) apply(x, cs []float32) {
 			c, s := cs[i0], cs[i0+1]
 			j := i0 / 2
 			x0, x1 := x[j], x[j+h]
-			x[j] = x0*c - x1*s
-			x[j+h] = x0*s + x1*c
+			x[j] = kernels.FMA32(x0, c, -float32(x1*s))
+			x[j+h] = kernels.FMA32(x0, s, float32(x1*c))
 		}
 		return
 	}
 	for i0 := 0; i0 < n; i0 += 2 {
 		c, s := cs[i0], cs[i0+1]
 		x0, x1 := x[i0], x[i0+1]
-		x[i0] = x0*c - x1*s
-		x[i0+1] = x0*s + x1*c
+		x[i0] = kernels.FMA32(x0, c, -float32(x1*s))
+		x[i0+1] = kernels.FMA32(x0, s, float32(x1*c))
 	}
 }

@@ -85,7 +85,7 @@ func (f *moeFFN) forward(s *Session, il int, h []float32, T int, out []float32) 
 		}
 		s.matmul(f.gate, e, ms.xe, n, ms.ge)
 		s.matmul(f.up, e, ms.xe, n, ms.ue)
-		swiglu(ms.ge, ms.ue)
+		swiglu(ms.ge, ms.ue, nff)
 		if s.obs != nil {
 			s.obs.Linear(f.down.name, e, ms.ge, n, nff)
 		}

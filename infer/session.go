@@ -278,7 +278,7 @@ func (s *Session) attention(il, T, pos0 int) {
 			for u := 0; u <= p; u++ {
 				scores[u] = kk.dot(kv.keyHead(il, u, g), qp, hd, nil)
 			}
-			softmaxInPlace(scores, scale)
+			softmaxMasked(scores, scale)
 			kv.accumulateV(il, g, scores, s.att[t*qd+hh*hd:t*qd+(hh+1)*hd], vtmp)
 		}
 	})
@@ -289,6 +289,6 @@ func (f *denseFFN) forward(s *Session, il int, h []float32, T int, out []float32
 	g, u := s.g[:T*n], s.u[:T*n]
 	s.linear(f.gate, h, T, g)
 	s.linear(f.up, h, T, u)
-	swiglu(g, u)
+	swiglu(g, u, n)
 	s.linear(f.down, g, T, out)
 }

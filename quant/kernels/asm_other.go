@@ -23,3 +23,6 @@ func sgemmKernel6x16AVX2(k int, a *float32, lda int, b, c *float32, ldc int, acc
 }
 func packB16AVX2(dst, b *float32, ldb, kc8 int) { panic(noAsm) }
 func sumBytesAVX2(p *byte, n int) uint64        { panic(noAsm) }
+
+func softmaxExpAVX2(y, x *float32, n int, max float32) float64 { panic(noAsm) }
+func swigluAVX2(y, x, gt *float32, n int)                      { panic(noAsm) }
