@@ -144,16 +144,16 @@ func newRopeParams(c *Config, freqs []float32) ropeParams {
 	return p
 }
 
-// ropeCosSin and logf are the libm functions of RoPE: llama.cpp calls the C library's cosf,
+// ropeCosSin and logf are the libm functions of RoPE. llama.cpp calls the C library's cosf,
 // sinf and logf, whose last bit depends on the libc (glibc's cosf/sinf are not correctly
-// rounded: on this project's test machine they differ from the correctly rounded value for
-// about 1.3% of RoPE angles). tq uses correctly rounded values; tests substitute glibc's to
-// check everything else bit for bit.
+// rounded). Where the C library can be loaded, useSystemLibm (called at model load) points
+// these at it; otherwise they are correctly rounded. libmName says which is in use.
 var (
 	ropeCosSin = func(x float32) (c, s float32) {
 		return float32(math.Cos(float64(x))), float32(math.Sin(float64(x)))
 	}
-	logf = func(x float32) float32 { return float32(math.Log(float64(x))) }
+	logf     = func(x float32) float32 { return float32(math.Log(float64(x))) }
+	libmName = "go"
 )
 
 // cache fills cs (length nRot) with interleaved cos/sin for position pos.

@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"golang.org/x/sys/cpu"
 
 	"github.com/tq-project/tq/internal/llamacppref"
 
@@ -53,12 +56,19 @@ type parityCase struct {
 // all quantized positions (over all cases) agree to 1e-5 — a formula error would break every
 // position — and that llama.cpp's greedy continuation is, at every step, either our argmax or
 // within the tolerance of it on our distribution (teacher forcing on llama.cpp's tokens).
+//
+// Those are the bounds for any CPU. On an AVX2 machine without AVX-512 (node-llama-cpp's
+// haswell build, whose float orders we reproduce bit for bit) with the C library's cosf/sinf
+// in use, flips only come from the "generic" types (dequantize + float dot here, integer
+// kernels in ggml), so there the test also requires identical greedy continuations for every
+// other model and 95% of quantized positions within 1e-5.
 const (
 	tolExact     = 1e-3
 	tolQuant     = 3e-2
 	tolQuantMoE  = 5e-2
 	nearExact    = 1e-5
 	minNearExact = 0.5
+	minNearAVX2  = 0.95
 )
 
 func parityCases() []parityCase {
@@ -228,9 +238,15 @@ func TestLlamaCppParity(t *testing.T) {
 					break
 				}
 			}
+			// On an AVX2 machine without AVX-512, node-llama-cpp runs its haswell build, whose
+			// float orders quant/kernels and infer reproduce bit for bit; with the C library's
+			// cosf/sinf in use for RoPE as well, every model whose weight types have an integer
+			// kernel here (all but "generic") must then give llama.cpp's greedy continuation.
+			strict := c.exact || (cpu.X86.HasAVX2 && !cpu.X86.HasAVX512F && libmName != "go" &&
+				!strings.HasSuffix(c.name, "/generic"))
 			if diverge < 0 {
 				identical++
-			} else if c.exact {
+			} else if strict {
 				t.Errorf("greedy continuation differs at token %d:\n ours  %v\n llama %v", diverge, got, want)
 			}
 			s.Reset()
@@ -260,8 +276,12 @@ func TestLlamaCppParity(t *testing.T) {
 	t.Logf("greedy continuations identical to llama.cpp for %d/%d models", identical, len(cases))
 	if qTotal > 0 {
 		t.Logf("quantized models: %d/%d positions agree to %.0e", qNear, qTotal, nearExact)
-		if float64(qNear) < minNearExact*float64(qTotal) {
-			t.Errorf("only %d/%d quantized positions agree to %.0e (want >= %.0f%%)", qNear, qTotal, nearExact, 100*minNearExact)
+		want := minNearExact
+		if cpu.X86.HasAVX2 && !cpu.X86.HasAVX512F && libmName != "go" {
+			want = minNearAVX2
+		}
+		if float64(qNear) < want*float64(qTotal) {
+			t.Errorf("only %d/%d quantized positions agree to %.0e (want >= %.0f%%)", qNear, qTotal, nearExact, 100*want)
 		}
 	}
 }

@@ -8,8 +8,6 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/ebitengine/purego"
-
 	"github.com/tq-project/tq/internal/llamacppref/ggml"
 )
 
@@ -45,21 +43,13 @@ func sameBits(t *testing.T, what string, got, want []float32) {
 }
 
 // TestRopeMatchesGGML runs ggml_rope_ext against ropeParams with the C library's cosf, sinf
-// and logf substituted for ours (see ropeCosSin), so that every other rounding is checked.
+// and logf in use (as after Load on Linux), so that every rounding is checked.
 func TestRopeMatchesGGML(t *testing.T) {
 	lib := ggml.Open(t)
-	libm, err := purego.Dlopen("libm.so.6", purego.RTLD_NOW)
-	if err != nil {
-		t.Skip("no libm.so.6:", err)
+	useSystemLibm()
+	if libmName == "go" {
+		t.Skip("the C library's cosf/sinf/logf could not be loaded; llama.cpp's last bits depend on them")
 	}
-	var cosf, sinf, clogf func(float32) float32
-	purego.RegisterLibFunc(&cosf, libm, "cosf")
-	purego.RegisterLibFunc(&sinf, libm, "sinf")
-	purego.RegisterLibFunc(&clogf, libm, "logf")
-	oldCS, oldLog := ropeCosSin, logf
-	defer func() { ropeCosSin, logf = oldCS, oldLog }()
-	ropeCosSin = func(x float32) (float32, float32) { return cosf(x), sinf(x) }
-	logf = clogf
 	for _, tc := range []struct {
 		mode    RopeMode
 		hd, rot int
