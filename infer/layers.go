@@ -156,6 +156,10 @@ var (
 	libmName = "go"
 )
 
+// MathLibrary names the source of RoPE's cos/sin/log: "libm.so.6" (the C library, as
+// llama.cpp) or "go" (correctly rounded). It is decided by the first Load.
+func MathLibrary() string { return libmName }
+
 // cache fills cs (length nRot) with interleaved cos/sin for position pos.
 func (p *ropeParams) cache(cs []float32, pos int) {
 	theta := float32(pos)

@@ -146,6 +146,7 @@ type runResult struct {
 	PeakRSS      int64               `json:"peak_rss_bytes,omitempty"`
 	Threads      int                 `json:"threads"`
 	Kernels      string              `json:"kernels"`
+	MathLib      string              `json:"math_library"` // where RoPE's cosf/sinf come from
 	Seed         uint64              `json:"seed"`
 	Device       string              `json:"device"`
 	Backend      string              `json:"backend"`   // the backend selection line
@@ -259,7 +260,7 @@ func runRun(stdout, stderr io.Writer, path string, o *runOptions, seedSet bool) 
 		return writeJSON(stdout, runResult{Model: path, Arch: m.Config().Arch, Prompt: prompt, PromptTokens: ids,
 			Text: tok.Decode(out), Tokens: out, Stats: st, PromptTokS: st.PromptTokS(), GenTokS: st.GenTokS(),
 			TTFTMs: float64(st.TTFT) / 1e6, PeakRSS: rss, Threads: m.Threads(), Kernels: infer.KernelImplementation(),
-			Seed: seed, Device: rm.device, Backend: rm.backend, Placement: rm.placement})
+			MathLib: infer.MathLibrary(), Seed: seed, Device: rm.device, Backend: rm.backend, Placement: rm.placement})
 	}
 	stream.flush()
 	fmt.Fprintln(stream.w)
