@@ -41,17 +41,21 @@ func swiglu(g, u []float32, n int) {
 	}
 }
 
+// scaleMax multiplies x by scale (ggml_vec_scale_f32) and returns the largest element.
+func scaleMax(x []float32, scale float32) float32 {
+	mx := float32(math.Inf(-1))
+	for i := range x {
+		x[i] *= scale
+		mx = max(mx, x[i])
+	}
+	return mx
+}
+
 // softmaxInPlace computes softmax(x*scale) of a row of exactly len(x) elements as
 // ggml_soft_max does: float32 exponentials (ggml_v_expf per group of 8), per-8 float sums
 // added in float64, then one multiply by float32(1/sum).
 func softmaxInPlace(x []float32, scale float32) {
-	mx := float32(math.Inf(-1))
-	for i := range x {
-		x[i] *= scale
-		if x[i] > mx {
-			mx = x[i]
-		}
-	}
+	mx := scaleMax(x, scale)
 	sum := kernels.SoftMaxExp(x, x, mx)
 	inv := float32(1 / sum)
 	for i := range x {
@@ -63,13 +67,7 @@ func softmaxInPlace(x []float32, scale float32) {
 // (−Inf): llama.cpp's rows run over the padded KV length, so the partial last group of 8 is
 // evaluated by the vector exponential too, with the masked lanes contributing exactly 0.
 func softmaxMasked(x []float32, scale float32) {
-	mx := float32(math.Inf(-1))
-	for i := range x {
-		x[i] *= scale
-		if x[i] > mx {
-			mx = x[i]
-		}
-	}
+	mx := scaleMax(x, scale)
 	n8 := len(x) &^ 7
 	sum := kernels.SoftMaxExp(x[:n8], x[:n8], mx)
 	if n8 < len(x) {

@@ -55,20 +55,12 @@ func BenchmarkSoftMaxExp(b *testing.B) {
 		x[i] = float32(i%97) * -0.1
 	}
 	y := make([]float32, len(x))
-	for _, pure := range []bool{false, true} {
-		name := "asm"
-		if pure {
-			name = "go"
+	benchImpls(b, func(b *testing.B) {
+		b.SetBytes(int64(4 * len(x)))
+		for b.Loop() {
+			SoftMaxExp(y, x, 0)
 		}
-		b.Run(name, func(b *testing.B) {
-			SetPureGo(pure)
-			defer SetPureGo(false)
-			b.SetBytes(int64(4 * len(x)))
-			for b.Loop() {
-				SoftMaxExp(y, x, 0)
-			}
-		})
-	}
+	})
 }
 
 func BenchmarkSwiGLU(b *testing.B) {
@@ -77,18 +69,10 @@ func BenchmarkSwiGLU(b *testing.B) {
 		x[i] = float32(i%97)*0.1 - 5
 	}
 	y := make([]float32, len(x))
-	for _, pure := range []bool{false, true} {
-		name := "asm"
-		if pure {
-			name = "go"
+	benchImpls(b, func(b *testing.B) {
+		b.SetBytes(int64(4 * len(x)))
+		for b.Loop() {
+			SwiGLU(y, x, x)
 		}
-		b.Run(name, func(b *testing.B) {
-			SetPureGo(pure)
-			defer SetPureGo(false)
-			b.SetBytes(int64(4 * len(x)))
-			for b.Loop() {
-				SwiGLU(y, x, x)
-			}
-		})
-	}
+	})
 }
