@@ -165,6 +165,10 @@ type kernel struct {
 	dot func(w, a []byte, n int, tmp []float32) float32
 	// repack is the quant/kernels type of a repack-order kernel (MatMulRepack), 0 otherwise.
 	repack kernels.Type
+	// batchDot, when set, replaces dot for a 2-D matrix times two or more activation rows:
+	// llama.cpp hands those to llamafile's tinyBLAS, whose per-element order differs from
+	// vec_dot's for some types (iq4_nl).
+	batchDot func(w, a []byte, n int, tmp []float32) float32
 }
 
 // vecDotType returns the ggml vec_dot type of weight type t (what activations are converted to).
@@ -199,29 +203,40 @@ func kernelFor(t gguf.GGMLType) (*kernel, error) {
 	case gguf.TypeF32:
 		return &kernel{t, actF32, func(w, a []byte, n int, _ []float32) float32 {
 			return kDotF32(bytesF32(w)[:n], bytesF32(a)[:n])
-		}, 0}, nil
+		}, 0, nil}, nil
 	case gguf.TypeF16:
 		return &kernel{t, actF16, func(w, a []byte, n int, _ []float32) float32 {
 			return kDotF16F32(w[:2*n], bytesF32(a)[:n])
-		}, 0}, nil
+		}, 0, nil}, nil
 	case gguf.TypeBF16:
 		return &kernel{t, actBF16, func(w, a []byte, n int, _ []float32) float32 {
 			return kDotBF16F32(w[:2*n], bytesF32(a)[:n])
-		}, 0}, nil
+		}, 0, nil}, nil
 	case gguf.TypeQ8_0:
-		return &kernel{t, actQ8_0, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotQ8_0Q8_0(n, w, a) }, 0}, nil
+		return &kernel{t, actQ8_0, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotQ8_0Q8_0(n, w, a) }, 0, nil}, nil
 	case gguf.TypeQ4_0:
-		return &kernel{t, actQ8_0, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotQ4_0Q8_0(n, w, a) }, 0}, nil
+		return &kernel{t, actQ8_0, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotQ4_0Q8_0(n, w, a) }, 0, nil}, nil
 	case gguf.TypeQ4_K:
-		return &kernel{t, actQ8_K, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotQ4_KQ8K(n, w, a) }, 0}, nil
+		return &kernel{t, actQ8_K, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotQ4_KQ8K(n, w, a) }, 0, nil}, nil
 	case gguf.TypeQ5_K:
-		return &kernel{t, actQ8_K, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotQ5_KQ8K(n, w, a) }, 0}, nil
+		return &kernel{t, actQ8_K, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotQ5_KQ8K(n, w, a) }, 0, nil}, nil
 	case gguf.TypeQ6_K:
-		return &kernel{t, actQ8_K, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotQ6_KQ8K(n, w, a) }, 0}, nil
+		return &kernel{t, actQ8_K, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotQ6_KQ8K(n, w, a) }, 0, nil}, nil
 	case gguf.TypeQ4_1:
-		return &kernel{t, actQ8_1, func(w, a []byte, n int, _ []float32) float32 { return dotQ4_1Q8_1(w, a, n) }, 0}, nil
+		return &kernel{t, actQ8_1, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotQ4_1Q8_1(n, w, a) }, 0, nil}, nil
 	case gguf.TypeQ5_1:
-		return &kernel{t, actQ8_1, func(w, a []byte, n int, _ []float32) float32 { return dotQ5_1Q8_1(w, a, n) }, 0}, nil
+		return &kernel{t, actQ8_1, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotQ5_1Q8_1(n, w, a) }, 0, nil}, nil
+	case gguf.TypeQ2_K:
+		return &kernel{t, actQ8_K, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotQ2_KQ8K(n, w, a) }, 0, nil}, nil
+	case gguf.TypeQ3_K:
+		return &kernel{t, actQ8_K, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotQ3_KQ8K(n, w, a) }, 0, nil}, nil
+	case gguf.TypeIQ4_XS:
+		return &kernel{t, actQ8_K, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotIQ4_XSQ8K(n, w, a) }, 0, nil}, nil
+	case gguf.TypeQ5_0:
+		return &kernel{t, actQ8_0, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotQ5_0Q8_0(n, w, a) }, 0, nil}, nil
+	case gguf.TypeIQ4_NL:
+		return &kernel{t, actQ8_0, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotIQ4_NLQ8_0(n, w, a) }, 0,
+			func(w, a []byte, n int, _ []float32) float32 { return kernels.DotIQ4_NLQ8_0Tiny(n, w, a) }}, nil
 	}
 	// No integer kernel: dequantize the weight row and dot it with the f32 values of the
 	// activation's round trip through its vec_dot type (same products, float order differs).
@@ -238,7 +253,7 @@ func kernelFor(t gguf.GGMLType) (*kernel, error) {
 			panic(err) // checked at load time
 		}
 		return kDotF32(tmp, bytesF32(a)[:n])
-	}, 0}, nil
+	}, 0, nil}, nil
 }
 
 // repackKernelFor returns the kernel llama.cpp's AVX2 CPU backend effectively uses for a weight
@@ -251,51 +266,11 @@ func kernelFor(t gguf.GGMLType) (*kernel, error) {
 func repackKernelFor(t gguf.GGMLType) *kernel {
 	switch t {
 	case gguf.TypeQ4_K:
-		return &kernel{t, actQ8_K, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotQ4_KQ8KRepack(n, w, a) }, kernels.Q4_K}
+		return &kernel{t, actQ8_K, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotQ4_KQ8KRepack(n, w, a) }, kernels.Q4_K, nil}
 	case gguf.TypeQ4_0:
-		return &kernel{t, actQ8_0, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotQ4_0Q8_0Repack(n, w, a) }, kernels.Q4_0}
+		return &kernel{t, actQ8_0, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotQ4_0Q8_0Repack(n, w, a) }, kernels.Q4_0, nil}
 	case gguf.TypeIQ4_NL:
-		return &kernel{t, actQ8_0, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotIQ4_NLQ8_0Repack(n, w, a) }, kernels.IQ4_NL}
+		return &kernel{t, actQ8_0, func(w, a []byte, n int, _ []float32) float32 { return kernels.DotIQ4_NLQ8_0Repack(n, w, a) }, kernels.IQ4_NL, nil}
 	}
 	return nil
-}
-
-// dotQ4_1Q8_1 is ggml's q4_1·q8_1 product: per block d_w·d_a·Σq_w·q_a + m_w·s_a, where s_a is
-// the fp16-rounded d_a·Σq_a the q8_1 block carries (so the min term sees that rounding).
-func dotQ4_1Q8_1(w, a []byte, n int) float32 {
-	var sum, mins float32
-	for i := 0; i < n/32; i++ {
-		bw := w[i*blockQ4_1 : (i+1)*blockQ4_1]
-		ba := a[i*blockQ8_1 : (i+1)*blockQ8_1]
-		var is int32
-		for j := 0; j < 16; j++ {
-			is += int32(bw[4+j]&15)*int32(int8(ba[4+j])) + int32(bw[4+j]>>4)*int32(int8(ba[4+j+16]))
-		}
-		dw, mw := h2f(binary.LittleEndian.Uint16(bw)), h2f(binary.LittleEndian.Uint16(bw[2:]))
-		da, sa := h2f(binary.LittleEndian.Uint16(ba)), h2f(binary.LittleEndian.Uint16(ba[2:]))
-		sum += dw * da * float32(is)
-		mins += mw * sa
-	}
-	return sum + mins
-}
-
-// dotQ5_1Q8_1 is ggml's q5_1·q8_1 product (as dotQ4_1Q8_1 with the fifth bit from qh).
-func dotQ5_1Q8_1(w, a []byte, n int) float32 {
-	var sum, mins float32
-	for i := 0; i < n/32; i++ {
-		bw := w[i*blockQ5_1 : (i+1)*blockQ5_1]
-		ba := a[i*blockQ8_1 : (i+1)*blockQ8_1]
-		qh := binary.LittleEndian.Uint32(bw[4:])
-		var is int32
-		for j := 0; j < 16; j++ {
-			lo := int32(bw[8+j]&15) | int32((qh>>j)&1)<<4
-			hi := int32(bw[8+j]>>4) | int32((qh>>(j+16))&1)<<4
-			is += lo*int32(int8(ba[4+j])) + hi*int32(int8(ba[4+j+16]))
-		}
-		dw, mw := h2f(binary.LittleEndian.Uint16(bw)), h2f(binary.LittleEndian.Uint16(bw[2:]))
-		da, sa := h2f(binary.LittleEndian.Uint16(ba)), h2f(binary.LittleEndian.Uint16(ba[2:]))
-		sum += dw * da * float32(is)
-		mins += mw * sa
-	}
-	return sum + mins
 }

@@ -118,6 +118,9 @@ func (s *Session) matmul(l *linear, e int, x []float32, T int, y []float32) {
 		return
 	}
 	dot := l.k.dot
+	if T >= 2 && l.nmat == 1 && l.k.batchDot != nil && m.opts.gemmMin >= 0 {
+		dot = l.k.batchDot // llama.cpp's tinyBLAS order for a 2-D matrix over a batch
+	}
 	m.pool.run(out, m.pool.chunkFor(out, 16), func(w, lo, hi int) {
 		tmp := m.wscratch[w]
 		for t0 := 0; t0 < T; t0 += tokenTile {
