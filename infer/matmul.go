@@ -117,6 +117,17 @@ func (s *Session) matmul(l *linear, e int, x []float32, T int, y []float32) {
 		})
 		return
 	}
+	if kt, ok := q0Tiles[l.t]; ok && l.k.repack == 0 {
+		// q8_0/q4_0: register tiles of rows × tokens (kernels.MatMulQ0), every element
+		// bit-identical to the vec_dot kernel, which is also tinyBLAS's order for batches.
+		w := l.data[e*out*l.rowBytes : (e+1)*out*l.rowBytes]
+		m.pool.run(out, m.pool.chunkFor(out, 16), func(_, lo, hi int) {
+			if err := kernels.MatMulQ0(kt, y, out, w, l.rowBytes, a, ab, T, lo, hi); err != nil {
+				panic(err) // shapes are checked at load
+			}
+		})
+		return
+	}
 	dot := l.k.dot
 	if T >= 2 && l.nmat == 1 && l.k.batchDot != nil && m.opts.gemmMin >= 0 {
 		dot = l.k.batchDot // llama.cpp's tinyBLAS order for a 2-D matrix over a batch
@@ -134,6 +145,9 @@ func (s *Session) matmul(l *linear, e int, x []float32, T int, y []float32) {
 		}
 	})
 }
+
+// q0Tiles maps the weight types MatMulQ0 multiplies to their quant/kernels types.
+var q0Tiles = map[gguf.GGMLType]kernels.Type{gguf.TypeQ8_0: kernels.Q8_0, gguf.TypeQ4_0: kernels.Q4_0}
 
 // tilePool holds dequantized weight tiles for the GEMM path.
 var tilePool = sync.Pool{New: func() any { return new([]float32) }}

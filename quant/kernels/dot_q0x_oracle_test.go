@@ -140,8 +140,8 @@ type q0xComputeParams struct {
 }
 
 // TestQ0xTinyBLASMatchesLlamaCpp calls llama.cpp's llamafile_sgemm (tinyBLAS_Q0_AVX, ggml's
-// matrix product for ≥ 2 tokens on Q5_0 and non-repacked IQ4_NL weights) and requires every
-// element to equal DotQ5_0Q8_0 (Q5_0: tinyBLAS's order is vec_dot's) or DotIQ4_NLQ8_0Tiny
+// matrix product for ≥ 2 tokens on Q8_0, Q5_0 and non-repacked Q4_0 and IQ4_NL weights) and
+// requires every element to equal the Dot kernel (tinyBLAS's order is vec_dot's) or DotIQ4_NLQ8_0Tiny
 // (IQ4_NL: one accumulator, unlike vec_dot's two), bit for bit, asm and pure Go. Shapes cover
 // tinyBLAS's 4×N, M×4 and generic tiles.
 func TestQ0xTinyBLASMatchesLlamaCpp(t *testing.T) {
@@ -165,6 +165,10 @@ func TestQ0xTinyBLASMatchesLlamaCpp(t *testing.T) {
 	}{
 		{q0xCases[0], kernels.DotQ5_0Q8_0},
 		{q0xCases[1], kernels.DotIQ4_NLQ8_0Tiny},
+		// Q8_0 and Q4_0 (not repacked): tinyBLAS's per-element order is vec_dot's too, which
+		// is what lets infer use MatMulQ0 (bit-identical to the Dot kernels) for batches.
+		{q0xCase{"Q8_0", gguf.TypeQ8_0, kernels.BlockBytesQ8_0, false, "ggml_vec_dot_q8_0_q8_0", kernels.DotQ8_0Q8_0}, kernels.DotQ8_0Q8_0},
+		{q0xCase{"Q4_0", gguf.TypeQ4_0, kernels.BlockBytesQ4_0, false, "ggml_vec_dot_q4_0_q8_0", kernels.DotQ4_0Q8_0}, kernels.DotQ4_0Q8_0},
 	}
 	differ := 0
 	for _, tc := range cases {

@@ -65,27 +65,14 @@ func MatVec(t Type, out []float32, w []byte, rowBytes int, xq []byte, r0, r1 int
 	return nil
 }
 
-// matVecAsm is MatVec's assembly path (arguments already validated). For the Q8_0
-// activation kernels the activation scales are widened once for all rows, on the stack for
-// rows of up to 512 blocks.
+// matVecAsm is MatVec's assembly path (arguments already validated). Q8_0 and Q4_0 rows go
+// through MatMulQ0's tiles (activation scales widened once for all rows).
 func matVecAsm(t Type, out []float32, w []byte, rowBytes int, xq []byte, nb, r0, r1 int) {
 	switch t {
 	case Q8_0, Q4_0:
-		var buf [512]float32
-		xs := buf[:]
-		if nb > len(buf) {
-			xs = make([]float32, nb)
-		}
-		q8ScalesAVX2(&xq[0], nb, &xs[0])
-		for r := r0; r < r1; r++ {
-			var acc [8]float32
-			if t == Q8_0 {
-				dotQ8_0Q8_0AVX2(&w[r*rowBytes], &xq[0], &xs[0], nb, &acc)
-			} else {
-				dotQ4_0Q8_0AVX2(&w[r*rowBytes], &xq[0], &xs[0], nb, &acc)
-			}
-			out[r] = hsum8(&acc)
-		}
+		// Register tiles of several rows (MatMulQ0 with one activation row): bit-identical
+		// to the per-row kernels, with independent accumulator chains in flight.
+		matMulQ0Asm(t, out, 0, w, rowBytes, xq, 0, 1, r0, r1, nb)
 	case Q4_K:
 		for r := r0; r < r1; r++ {
 			out[r] = dotQ4KQ8KAVX2(&w[r*rowBytes], &xq[0], nb)

@@ -1,0 +1,28 @@
+//go:build !amd64 || purego
+
+package kernels
+
+// Without assembly MatMulQ0 always takes its pure-Go path; these stubs only satisfy the
+// shared driver code.
+
+func q0tProd(R int, w *byte, rowBytes int, wb int, xs *float32, xsStride int, C int, nb int, p *float32) bool {
+	panic(noAsm)
+}
+
+func q0tileQ8(R, C int, w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int) bool {
+	panic(noAsm)
+}
+
+func q0tileQ4(R, C int, w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int) bool {
+	panic(noAsm)
+}
+
+func q0tProdRow(w *byte, wb int, xs *float32, nb int, p *float32) { panic(noAsm) }
+
+func q0tDecQ8(R int, w *byte, rowBytes int, x *byte, p *float32, nb int, y *float32) bool {
+	panic(noAsm)
+}
+
+func q0tDecQ4(R int, w *byte, rowBytes int, x *byte, p *float32, nb int, y *float32) bool {
+	panic(noAsm)
+}
