@@ -70,10 +70,12 @@ const (
 )
 
 // bitExactHost reports whether this machine runs node-llama-cpp's AVX2 (haswell) CPU build,
-// whose kernels tq reproduces bit for bit, and RoPE uses the C library's cosf/sinf as llama.cpp
-// does (after a Load).
+// whose kernels tq reproduces bit for bit (ggml picks that build for AVX2+FMA+F16C+BMI2
+// without AVX-512 or AVX-VNNI), and RoPE uses the C library's cosf/sinf as llama.cpp does
+// (known after a Load).
 func bitExactHost() bool {
-	return cpu.X86.HasAVX2 && cpu.X86.HasFMA && !cpu.X86.HasAVX512F && libmName != "go"
+	x := cpu.X86
+	return x.HasAVX2 && x.HasFMA && x.HasF16C && x.HasBMI2 && !x.HasAVX512F && !x.HasAVXVNNI && libmName != "go"
 }
 
 func parityCases() []parityCase {
