@@ -102,10 +102,17 @@ type ropeParams struct {
 	attnFactor float32
 	corr       [2]float32
 	freqs      []float32 // optional per-pair divisors (rope_freqs.weight)
+	// cosSin and logf are the math library in use (see ropeCosSin), fixed at creation so that
+	// one model never mixes two.
+	cosSin func(float32) (float32, float32)
+	logf   func(float32) float32
 }
 
 func newRopeParams(c *Config, freqs []float32) ropeParams {
+	useSystemLibm()
 	p := ropeParams{
+		cosSin:     ropeCosSin,
+		logf:       logf,
 		mode:       c.RopeMode,
 		nRot:       c.NRot,
 		thetaScale: float32(math.Pow(float64(float32(c.RopeBase)), float64(-2/float32(c.NRot)))),
@@ -144,8 +151,9 @@ func newRopeParams(c *Config, freqs []float32) ropeParams {
 
 // ropeCosSin and logf are the libm functions of RoPE. llama.cpp calls the C library's cosf,
 // sinf and logf, whose last bit depends on the libc (glibc's cosf/sinf are not correctly
-// rounded). Where the C library can be loaded, useSystemLibm (called at model load) points
-// these at it; otherwise they are correctly rounded. libmName says which is in use.
+// rounded). Where the C library can be loaded, useSystemLibm (called once, before the first
+// ropeParams is made) points these at it; otherwise they are correctly rounded. libmName says
+// which is in use.
 var (
 	ropeCosSin = func(x float32) (c, s float32) {
 		return float32(math.Cos(float64(x))), float32(math.Sin(float64(x)))
@@ -155,8 +163,11 @@ var (
 )
 
 // MathLibrary names the source of RoPE's cos/sin/log: "libm.so.6" (the C library, as
-// llama.cpp) or "go" (correctly rounded). It is decided by the first Load.
-func MathLibrary() string { return libmName }
+// llama.cpp) or "go" (correctly rounded). It is decided once per process.
+func MathLibrary() string {
+	useSystemLibm()
+	return libmName
+}
 
 // cache fills cs (length nRot) with interleaved cos/sin for position pos.
 func (p *ropeParams) cache(cs []float32, pos int) {
@@ -175,9 +186,9 @@ func (p *ropeParams) cache(cs []float32, pos int) {
 			ramp := (1 - min(1, max(0, y))) * p.extFactor
 			// ggml's C is contracted into FMAs here: θ_i·(1−r) + θ_e·r and 1 + 0.1·ln(1/s).
 			th = kernels.FMA32(thetaInterp, 1-ramp, float32(thetaExtrap*ramp))
-			mscale *= kernels.FMA32(0.1, logf(1/p.freqScale), 1)
+			mscale *= kernels.FMA32(0.1, p.logf(1/p.freqScale), 1)
 		}
-		c, s := ropeCosSin(th)
+		c, s := p.cosSin(th)
 		cs[i0] = c * mscale
 		cs[i0+1] = s * mscale
 		theta *= p.thetaScale

@@ -82,7 +82,6 @@ func Load(src Source, opts Options) (*Model, error) {
 		return nil, fmt.Errorf("infer: %w", err)
 	}
 	spec := archs[cfg.Arch]
-	useSystemLibm()
 	m := &Model{cfg: cfg, src: src, opts: opts}
 	if m.tk, err = ParseCacheType(opts.CacheTypeK); err != nil {
 		return nil, fmt.Errorf("infer: cache-type-k: %w", err)

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/ebitengine/purego"
-
 	"github.com/tq-project/tq/quant/kernels"
 )
 
@@ -21,18 +19,7 @@ import (
 // quantize_row_q8_K of normal and Student-t vectors (our QuantizeRowQ8K must give the same
 // bytes), and raw random Q8_K bytes (quants including −128, arbitrary bsums).
 func TestDotKXMatchesLlamaCpp(t *testing.T) {
-	loadOracle(t)
-	h, err := purego.Dlopen(oracleLibPath(t), purego.RTLD_NOW|purego.RTLD_LOCAL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sym := func(name string) uintptr {
-		p, err := purego.Dlsym(h, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	sym := func(name string) uintptr { return oracleSym(t, name) }
 	qrow := sym("quantize_row_q8_K")
 	fns := map[string]uintptr{
 		"q2_K":   sym("ggml_vec_dot_q2_K_q8_K"),

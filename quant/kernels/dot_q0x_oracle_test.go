@@ -50,18 +50,7 @@ func q0xRawActs(r *rand.Rand, c q0xCase, n int) []byte {
 // activations from ggml's own quantize_row_q8_0/q8_1 (which our quantizers must reproduce
 // byte for byte) and raw random activation blocks.
 func TestQ0xVecDotMatchesLlamaCpp(t *testing.T) {
-	loadOracle(t)
-	h, err := purego.Dlopen(oracleLibPath(t), purego.RTLD_NOW|purego.RTLD_LOCAL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sym := func(name string) uintptr {
-		p, err := purego.Dlsym(h, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	sym := func(name string) uintptr { return oracleSym(t, name) }
 	qrow0, qrow1 := sym("quantize_row_q8_0"), sym("quantize_row_q8_1")
 	sizes := []int{32, 64, 96, 288, 1024, 4096, 16384}
 	if testing.Short() {
@@ -145,19 +134,7 @@ type q0xComputeParams struct {
 // (IQ4_NL: one accumulator, unlike vec_dot's two), bit for bit, asm and pure Go. Shapes cover
 // tinyBLAS's 4×N, M×4 and generic tiles.
 func TestQ0xTinyBLASMatchesLlamaCpp(t *testing.T) {
-	loadOracle(t)
-	h, err := purego.Dlopen(oracleLibPath(t), purego.RTLD_NOW|purego.RTLD_LOCAL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sgemm, err := purego.Dlsym(h, "llamafile_sgemm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	qrow0, err := purego.Dlsym(h, "quantize_row_q8_0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	sgemm, qrow0 := oracleSym(t, "llamafile_sgemm"), oracleSym(t, "quantize_row_q8_0")
 	const typeF32, typeQ8_0 = 0, 8
 	cases := []struct {
 		c   q0xCase

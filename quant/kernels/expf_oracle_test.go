@@ -8,8 +8,6 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/ebitengine/purego"
-
 	"github.com/tq-project/tq/quant/kernels"
 )
 
@@ -18,15 +16,10 @@ import (
 // sum), in asm and pure Go, on normal, Student-t and extreme inputs (underflow, overflow,
 // −Inf as in masked attention scores, subnormal results).
 func TestExpMatchesLlamaCpp(t *testing.T) {
-	loadOracle(t)
-	h, err := purego.Dlopen(oracleLibPath(t), purego.RTLD_NOW|purego.RTLD_LOCAL)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var softMax func(n int32, y, x unsafe.Pointer, max float32) float64
 	var swiglu func(n int32, y, x, g unsafe.Pointer)
-	purego.RegisterLibFunc(&softMax, h, "ggml_vec_soft_max_f32")
-	purego.RegisterLibFunc(&swiglu, h, "ggml_vec_swiglu_f32")
+	oracleFunc(t, &softMax, "ggml_vec_soft_max_f32")
+	oracleFunc(t, &swiglu, "ggml_vec_swiglu_f32")
 
 	for _, n := range []int{8, 64, 256, 4096} {
 		for variant := 0; variant < 4; variant++ {

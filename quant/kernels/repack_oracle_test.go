@@ -25,6 +25,7 @@ import (
 // repack-order kernels to reproduce every output bit for bit.
 
 type ggmlOracle struct {
+	h            uintptr // dlopen handle of the library
 	gemv, gemm   map[kernels.Type]uintptr
 	quantMat     map[kernels.Type]uintptr // ggml_quantize_mat_t<8, Q8_0 / Q8_K>
 	quantRowQ8K  uintptr
@@ -68,6 +69,7 @@ func loadOracle(t *testing.T) *ggmlOracle {
 			return p
 		}
 		o := &ggmlOracle{
+			h: h,
 			gemv: map[kernels.Type]uintptr{
 				kernels.Q4_K:   sym("ggml_gemv_q4_K_8x8_q8_K"),
 				kernels.Q4_0:   sym("ggml_gemv_q4_0_8x8_q8_0"),
@@ -96,6 +98,24 @@ func loadOracle(t *testing.T) *ggmlOracle {
 		t.Fatal(oracleErr)
 	}
 	return oracle
+}
+
+// oracleSym returns the address of the C function name in llama.cpp's CPU library.
+func oracleSym(t *testing.T, name string) uintptr {
+	t.Helper()
+	p, err := purego.Dlsym(loadOracle(t).h, name)
+	if err != nil {
+		t.Fatalf("llama.cpp CPU library: symbol %s: %v", name, err)
+	}
+	return p
+}
+
+// oracleFunc binds fn (a pointer to a func variable) to the C function name in llama.cpp's CPU
+// library.
+func oracleFunc(t *testing.T, fn any, name string) {
+	t.Helper()
+	oracleSym(t, name)
+	purego.RegisterLibFunc(fn, loadOracle(t).h, name)
 }
 
 // oracleLibPath is node-llama-cpp's AVX2 CPU backend library.

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/ebitengine/purego"
-
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/quant"
 	"github.com/tq-project/tq/quant/kernels"
@@ -19,18 +17,7 @@ import (
 // ggml_vec_dot_*_q8_* of llama.cpp's AVX2 CPU backend, bit for bit, on weights from the quant
 // package and activations quantized by ggml's own quantize_row_q8_*, in asm and pure Go.
 func TestVecDotMatchesLlamaCpp(t *testing.T) {
-	loadOracle(t)
-	h, err := purego.Dlopen(oracleLibPath(t), purego.RTLD_NOW|purego.RTLD_LOCAL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sym := func(name string) uintptr {
-		p, err := purego.Dlsym(h, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	sym := func(name string) uintptr { return oracleSym(t, name) }
 	cases := []struct {
 		wt  kernels.Type
 		gt  gguf.GGMLType
