@@ -60,6 +60,7 @@ func init() {
 // readHybrid reads the Gated DeltaNet and MTP keys (llama_model_qwen35(moe)::load_arch_hparams)
 // and makes NLayer the trunk depth.
 func readHybrid(r metaReader, c *Config) error {
+	useHybridLibm() // the C library's expf/logf, as llama.cpp's scalar ops
 	k := func(s string) string { return c.Arch + "." + s }
 	h := &HybridConfig{}
 	geti := func(key string, req bool, def, lo, hi int64) (int, error) {
@@ -133,12 +134,7 @@ func readHybrid(r metaReader, c *Config) error {
 	if sum == 0 || sum > c.HeadDim {
 		return fmt.Errorf("metadata key %q: sections %v sum to %d, want 1..key_length %d", k("rope.dimension_sections"), secs, sum, c.HeadDim)
 	}
-	h.RopeIdentity = make([]bool, max(c.NRot/2, 0))
-	for i := range h.RopeIdentity {
-		s := i % sum
-		rot := (s%3 == 1 && s < 3*h.Sections[1]) || (s%3 == 2 && s < 3*h.Sections[2]) || (s%3 == 0 && s < 3*h.Sections[0])
-		h.RopeIdentity[i] = !rot
-	}
+	h.RopeIdentity = imropeIdentity(h.Sections, max(c.NRot/2, 0))
 	if c.NExpert > 0 {
 		nff := 0
 		if v, err := r.int(k("feed_forward_length"), false, 0); err == nil {
@@ -151,6 +147,22 @@ func readHybrid(r metaReader, c *Config) error {
 	c.NLayer = h.NTrunk
 	c.Hybrid = h
 	return nil
+}
+
+// imropeIdentity marks, of nPairs rotary pairs, those that interleaved multi-section RoPE
+// (ggml's GGML_ROPE_TYPE_IMROPE) assigns to the fourth position stream: pair i is in sector
+// s = i mod Σsections, which takes the height stream when s ≡ 1 (mod 3) and s < 3·sections[1],
+// the width stream when s ≡ 2 and s < 3·sections[2], the time stream when s ≡ 0 and
+// s < 3·sections[0], and the fourth stream otherwise. sections must not sum to 0.
+func imropeIdentity(sections [4]int, nPairs int) []bool {
+	sum := sections[0] + sections[1] + sections[2] + sections[3]
+	id := make([]bool, nPairs)
+	for i := range id {
+		s := i % sum
+		rot := (s%3 == 1 && s < 3*sections[1]) || (s%3 == 2 && s < 3*sections[2]) || (s%3 == 0 && s < 3*sections[0])
+		id[i] = !rot
+	}
+	return id
 }
 
 func boolOrIntArray(v any) ([]bool, bool) {
@@ -293,6 +305,7 @@ func (s *Session) hybridState() *hybridState {
 	if s.hy != nil {
 		return s.hy
 	}
+	useHybridLibm() // normally done at load already
 	c := s.m.cfg
 	h := c.Hybrid
 	st := &hybridState{conv: make([][]float32, c.NLayer), ssm: make([][]float32, c.NLayer)}
@@ -365,7 +378,7 @@ func (s *Session) sharedExpert(hb *hybridBlock, h []float32, T int, y []float32)
 	swiglu(g, u, nf)
 	s.linear(hb.shDown, g, T, y)
 	for t := 0; t < T; t++ {
-		gate := sigmoid(kDotF32(hb.shGateInp, h[t*E:(t+1)*E]))
+		gate := sharedExpertGate(hb.shGateInp, h[t*E:(t+1)*E])
 		row := y[t*E : (t+1)*E]
 		for i := range row {
 			row[i] *= gate
@@ -405,12 +418,7 @@ func (s *Session) gatedAttention(b *block, il, T, pos0 int, out []float32) {
 		for i := 0; i < kd; i += hd {
 			rmsNorm(kt[i:i+hd], kt[i:i+hd], b.kNorm, eps)
 		}
-		s.m.rope.cache(s.cs, pos0+t)
-		for i, id := range hy.RopeIdentity {
-			if id { // p_e = 0 for text tokens: θ = 0
-				s.cs[2*i], s.cs[2*i+1] = s.m.rope.attnFactor, 0
-			}
-		}
+		hybridRopeCache(&s.m.rope, hy.RopeIdentity, s.cs, pos0+t)
 		for i := 0; i < qd; i += hd {
 			s.m.rope.apply(qt[i:i+hd], s.cs)
 		}
@@ -453,13 +461,7 @@ func (s *Session) gatedDeltaNet(b *block, il, T, pos0 int, out []float32) {
 	s.linear(hb.z, h, T, z)
 	s.linear(hb.beta, h, T, bb)
 	s.linear(hb.alpha, h, T, aa)
-	for t := 0; t < T; t++ {
-		for j := 0; j < hv; j++ {
-			i := t*hv + j
-			bb[i] = sigmoid(bb[i])
-			aa[i] = softplus(aa[i]+hb.dtBias[j]) * hb.ssmA[j] // log decay g ≤ 0
-		}
-	}
+	deltaNetGates(bb, aa, hb.dtBias, hb.ssmA, hv) // β and the log decay g ≤ 0
 	causalConv1d(cout, mixed, st.conv[il], hb.conv, st.convTmp, T, cd, hy.ConvK)
 	for t := 0; t < T; t++ {
 		row := cout[t*cd : (t+1)*cd]
@@ -475,15 +477,6 @@ func (s *Session) gatedDeltaNet(b *block, il, T, pos0 int, out []float32) {
 				aa[j:], bb[j:], y[j*ds:], delta, T, ds, cd, cd, cd, hv, vd, scale)
 		}
 	})
-	for t := 0; t < T; t++ {
-		for j := 0; j < hv; j++ {
-			o := y[t*vd+j*ds : t*vd+(j+1)*ds]
-			rmsNorm(o, o, hb.ssmNorm, eps)
-			zz := z[t*vd+j*ds : t*vd+(j+1)*ds]
-			for i := range o {
-				o[i] *= silu(zz[i])
-			}
-		}
-	}
+	gatedRMSNorm(y, z, hb.ssmNorm, ds, eps)
 	s.linear(hb.out, y, T, out)
 }

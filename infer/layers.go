@@ -29,9 +29,6 @@ func rmsNorm(y, x, w []float32, eps float32) {
 	}
 }
 
-// silu is x·σ(x) computed as x/(1+e^-x).
-func silu(x float32) float32 { return x / (1 + float32(math.Exp(float64(-x)))) }
-
 // swiglu writes g[i] = silu(g[i]) * u[i] for rows of n elements, exactly as
 // ggml_vec_swiglu_f32 (ggml_v_expf per group of 8 from each row start).
 func swiglu(g, u []float32, n int) {

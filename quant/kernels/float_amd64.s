@@ -33,7 +33,7 @@
 	VADDSS       X1, X0, X0
 
 // func dotF32AVX2(a, b *float32, n int) float32
-// ggml_vec_dot_f32: FMA accumulators, leftovers fused into the float32 sum.
+// ggml_vec_dot_f32: FMA accumulators; leftovers as the compiled C does them (see f32tail).
 TEXT ·dotF32AVX2(SB), NOSPLIT, $0-28
 	MOVQ   a+0(FP), SI
 	MOVQ   b+8(FP), DI
@@ -62,16 +62,33 @@ f32loop32:
 
 f32tail:
 	REDUCE_GGML
-	TESTQ CX, CX
-	JZ    f32done
+	// Leftovers as GCC compiled ggml's scalar loop: the first (CX &^ 3) products rounded and
+	// added in order, the last CX & 3 fused.
+	MOVQ  CX, DX
+	ANDQ  $3, DX
+	SUBQ  DX, CX
+	JZ    f32fma
 
 f32loop1:
+	VMOVSS 0(SI), X4
+	VMULSS 0(DI), X4, X4
+	VADDSS X4, X0, X0
+	ADDQ   $4, SI
+	ADDQ   $4, DI
+	DECQ   CX
+	JNZ    f32loop1
+
+f32fma:
+	TESTQ DX, DX
+	JZ    f32done
+
+f32loopfma:
 	VMOVSS      0(SI), X4
 	VFMADD231SS 0(DI), X4, X0
 	ADDQ        $4, SI
 	ADDQ        $4, DI
-	DECQ        CX
-	JNZ         f32loop1
+	DECQ        DX
+	JNZ         f32loopfma
 
 f32done:
 	VMOVSS X0, ret+24(FP)

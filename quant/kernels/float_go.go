@@ -26,7 +26,13 @@ func dotF32Go(a, b []float32) float32 {
 		}
 	}
 	s := reduceGGML(&acc)
-	for i := np; i < n; i++ {
+	// ggml's scalar leftover loop as GCC compiles it for AVX2: the products of the first
+	// (n−np)&^3 leftovers rounded and added in order, the last (n−np)&3 fused.
+	n4 := n &^ 3
+	for i := np; i < n4; i++ {
+		s += float32(a[i] * b[i])
+	}
+	for i := n4; i < n; i++ {
 		s = lanes8FMA(a[i], b[i], s)
 	}
 	return s

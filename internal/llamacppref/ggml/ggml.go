@@ -52,6 +52,17 @@ type lib struct {
 	softMaxExt   func(ctx, a, mask unsafe.Pointer, scale, maxBias float32) unsafe.Pointer
 	swigluSplit  func(ctx, a, b unsafe.Pointer) unsafe.Pointer
 	cpuInit      func()
+	// operations of the Qwen3.5 hybrid graph
+	add           func(ctx, a, b unsafe.Pointer) unsafe.Pointer
+	mulMat        func(ctx, a, b unsafe.Pointer) unsafe.Pointer
+	silu          func(ctx, a unsafe.Pointer) unsafe.Pointer
+	sigmoid       func(ctx, a unsafe.Pointer) unsafe.Pointer
+	softplus      func(ctx, a unsafe.Pointer) unsafe.Pointer
+	exp           func(ctx, a unsafe.Pointer) unsafe.Pointer
+	l2Norm        func(ctx, a unsafe.Pointer, eps float32) unsafe.Pointer
+	ssmConv       func(ctx, sx, c unsafe.Pointer) unsafe.Pointer
+	gatedDeltaNet func(ctx, q, k, v, g, beta, state unsafe.Pointer, snapshots int64) unsafe.Pointer
+	ropeMulti     func(ctx, a, b, c unsafe.Pointer, nDims int32, sections *int32, mode, nCtxOrig int32, base, scale, extFactor, attnFactor, betaFast, betaSlow float32) unsafe.Pointer
 }
 
 var (
@@ -99,6 +110,16 @@ func Open(t testing.TB) *Lib {
 		purego.RegisterLibFunc(&l.mul, base, "ggml_mul")
 		purego.RegisterLibFunc(&l.softMaxExt, base, "ggml_soft_max_ext")
 		purego.RegisterLibFunc(&l.swigluSplit, base, "ggml_swiglu_split")
+		purego.RegisterLibFunc(&l.add, base, "ggml_add")
+		purego.RegisterLibFunc(&l.mulMat, base, "ggml_mul_mat")
+		purego.RegisterLibFunc(&l.silu, base, "ggml_silu")
+		purego.RegisterLibFunc(&l.sigmoid, base, "ggml_sigmoid")
+		purego.RegisterLibFunc(&l.softplus, base, "ggml_softplus")
+		purego.RegisterLibFunc(&l.exp, base, "ggml_exp")
+		purego.RegisterLibFunc(&l.l2Norm, base, "ggml_l2_norm")
+		purego.RegisterLibFunc(&l.ssmConv, base, "ggml_ssm_conv")
+		purego.RegisterLibFunc(&l.gatedDeltaNet, base, "ggml_gated_delta_net")
+		purego.RegisterLibFunc(&l.ropeMulti, base, "ggml_rope_multi")
 		purego.RegisterLibFunc(&l.computeCtx, cpuLib, "ggml_graph_compute_with_ctx")
 		purego.RegisterLibFunc(&l.cpuInit, cpuLib, "ggml_cpu_init")
 		l.cpuInit()
@@ -163,6 +184,46 @@ func (c *Ctx) SoftMaxExt(a, mask Tensor, scale, maxBias float32) Tensor {
 
 // SwigluSplit is ggml_swiglu_split: silu(a)·b.
 func (c *Ctx) SwigluSplit(a, b Tensor) Tensor { return Tensor{c.l.swigluSplit(c.p, a.p, b.p)} }
+
+// Add is ggml_add (b broadcast over a's rows).
+func (c *Ctx) Add(a, b Tensor) Tensor { return Tensor{c.l.add(c.p, a.p, b.p)} }
+
+// MulMat is ggml_mul_mat: for a {k, m} and b {k, n} the {m, n} tensor of dot products
+// of a's rows with b's rows.
+func (c *Ctx) MulMat(a, b Tensor) Tensor { return Tensor{c.l.mulMat(c.p, a.p, b.p)} }
+
+// Silu is ggml_silu: x·σ(x) element-wise.
+func (c *Ctx) Silu(a Tensor) Tensor { return Tensor{c.l.silu(c.p, a.p)} }
+
+// Sigmoid is ggml_sigmoid: 1/(1+e^−x) element-wise.
+func (c *Ctx) Sigmoid(a Tensor) Tensor { return Tensor{c.l.sigmoid(c.p, a.p)} }
+
+// Softplus is ggml_softplus: log(1+e^x) element-wise (x above 20 passes through).
+func (c *Ctx) Softplus(a Tensor) Tensor { return Tensor{c.l.softplus(c.p, a.p)} }
+
+// Exp is ggml_exp element-wise.
+func (c *Ctx) Exp(a Tensor) Tensor { return Tensor{c.l.exp(c.p, a.p)} }
+
+// L2Norm is ggml_l2_norm: every row divided by max(its Euclidean norm, eps).
+func (c *Ctx) L2Norm(a Tensor, eps float32) Tensor { return Tensor{c.l.l2Norm(c.p, a.p, eps)} }
+
+// SSMConv is ggml_ssm_conv: sx {K−1+T, channels, seqs} holds per channel the K−1 state
+// columns followed by the T inputs, w {K, channels} the taps; the result {channels, T, seqs}
+// is Σ_i sx[t+i]·w[i] per channel (no activation).
+func (c *Ctx) SSMConv(sx, w Tensor) Tensor { return Tensor{c.l.ssmConv(c.p, sx.p, w.p)} }
+
+// GatedDeltaNet is ggml_gated_delta_net with q, k {S, Hk, T, seqs}, v {S, Hv, T, seqs},
+// g and beta {1, Hv, T, seqs}, state {S, S, Hv, seqs} and snapshots (K) state slots. The
+// result holds the outputs {S, Hv, T, seqs} followed by the new state(s).
+func (c *Ctx) GatedDeltaNet(q, k, v, g, beta, state Tensor, snapshots int) Tensor {
+	return Tensor{c.l.gatedDeltaNet(c.p, q.p, k.p, v.p, g.p, beta.p, state.p, int64(snapshots))}
+}
+
+// RopeMulti is ggml_rope_multi (multi-section RoPE; pos holds 4 position streams of the
+// tokens, one after the other; no frequency factors when ff is the zero Tensor).
+func (c *Ctx) RopeMulti(a, pos, ff Tensor, nDims int, sections [4]int32, mode, nCtxOrig int, base, scale, extFactor, attnFactor, betaFast, betaSlow float32) Tensor {
+	return Tensor{c.l.ropeMulti(c.p, a.p, pos.p, ff.p, int32(nDims), &sections[0], int32(mode), int32(nCtxOrig), base, scale, extFactor, attnFactor, betaFast, betaSlow)}
+}
 
 // Compute evaluates out (and what it depends on) with n threads and returns its n floats.
 func (c *Ctx) Compute(out Tensor, threads, n int) []float32 {
