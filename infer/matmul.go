@@ -128,6 +128,17 @@ func (s *Session) matmul(l *linear, e int, x []float32, T int, y []float32) {
 		})
 		return
 	}
+	if kt, ok := kTiles[l.t]; ok && l.k.repack == 0 && T >= 2 {
+		// q4_K/q5_K/q6_K over a batch: register tiles of rows × tokens (kernels.MatMulK),
+		// every element bit-identical to the vec_dot kernel (llama.cpp's order for these).
+		w := l.data[e*out*l.rowBytes : (e+1)*out*l.rowBytes]
+		m.pool.run(out, m.pool.chunkFor(out, 16), func(_, lo, hi int) {
+			if err := kernels.MatMulK(kt, y, out, w, l.rowBytes, a, ab, T, lo, hi); err != nil {
+				panic(err) // shapes are checked at load
+			}
+		})
+		return
+	}
 	dot := l.k.dot
 	if T >= 2 && l.nmat == 1 && l.k.batchDot != nil && m.opts.gemmMin >= 0 {
 		dot = l.k.batchDot // llama.cpp's tinyBLAS order for a 2-D matrix over a batch
@@ -148,6 +159,9 @@ func (s *Session) matmul(l *linear, e int, x []float32, T int, y []float32) {
 
 // q0Tiles maps the weight types MatMulQ0 multiplies to their quant/kernels types.
 var q0Tiles = map[gguf.GGMLType]kernels.Type{gguf.TypeQ8_0: kernels.Q8_0, gguf.TypeQ4_0: kernels.Q4_0}
+
+// kTiles maps the K-quant weight types MatMulK multiplies to their quant/kernels types.
+var kTiles = map[gguf.GGMLType]kernels.Type{gguf.TypeQ4_K: kernels.Q4_K, gguf.TypeQ5_K: kernels.Q5_K, gguf.TypeQ6_K: kernels.Q6_K}
 
 // tilePool holds dequantized weight tiles for the GEMM path.
 var tilePool = sync.Pool{New: func() any { return new([]float32) }}
