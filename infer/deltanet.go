@@ -89,14 +89,12 @@ func deltaNetHead(state, q, k, v, g, beta, out, delta []float32, T, dS, qs, ks, 
 		vt := v[t*vs : t*vs+dS]
 		decay := expf32(g[t*hs])
 		b := beta[t*hs]
-		for i := range state[:dS*dS] {
-			state[i] *= decay
-		}
+		kernels.ScaleF32(state[:dS*dS], decay)
 		for j := 0; j < dS; j++ {
 			delta[j] = (vt[j] - kDotF32(state[j*dS:(j+1)*dS], kt)) * b
 		}
 		for j := 0; j < dS; j++ {
-			fmaAxpy(state[j*dS:(j+1)*dS], delta[j], kt)
+			kernels.AxpyFMA(state[j*dS:(j+1)*dS], delta[j], kt)
 		}
 		ot := out[t*os : t*os+dS]
 		for j := 0; j < dS; j++ {

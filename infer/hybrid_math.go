@@ -15,7 +15,7 @@ import (
 //   - ggml_silu is the 8-lane vector exponential ggml_v_expf per group of 8 from each row
 //     start, with a scalar x/(1+expf(−x)) tail (siluRows);
 //   - ggml_vec_mad_f32 and the scalar loops of ggml_ssm_conv are contracted into FMAs
-//     (fmaAxpy, causalConv1d).
+//     (kernels.AxpyFMA, causalConv1d).
 
 // cExpf and cLogf are the C library's expf and logf where useHybridLibm could load them,
 // else nil. They are set once, before the first hybrid model is loaded.
@@ -112,24 +112,5 @@ func siluRows(y, x []float32, n int) {
 			v := xr[i]
 			yr[i] = v / (1 + expf32(-v))
 		}
-	}
-}
-
-// fmaAxpy computes y[i] = fma(x[i], a, y[i]), as ggml_vec_mad_f32 (y += x·a with FMAs).
-// The product of two float32 is exact in float64, so the float64 sum s is the exact result
-// rounded once; rounding s to float32 can only differ from rounding the exact value when s
-// lies on a float32 midpoint (low 29 significand bits 1000…0) or is subnormal as a float32,
-// and only then does it take the exact kernels.FMA32.
-func fmaAxpy(y []float32, a float32, x []float32) {
-	x = x[:len(y)]
-	a64 := float64(a)
-	for i, yi := range y {
-		s := float64(x[i])*a64 + float64(yi)
-		b := math.Float64bits(s)
-		if b&(1<<29-1) == 1<<28 || b&0x7ff0000000000000 < 0x3810000000000000 {
-			y[i] = kernels.FMA32(x[i], a, yi)
-			continue
-		}
-		y[i] = float32(s)
 	}
 }

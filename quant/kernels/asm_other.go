@@ -26,3 +26,6 @@ func sumBytesAVX2(p *byte, n int) uint64        { panic(noAsm) }
 
 func softmaxExpAVX2(y, x *float32, n int, max float32) float64 { panic(noAsm) }
 func swigluAVX2(y, x, gt *float32, n int)                      { panic(noAsm) }
+
+func axpyFMAAVX2(y *float32, a float32, x *float32, n int) { panic(noAsm) }
+func scaleF32AVX2(y *float32, a float32, n int)            { panic(noAsm) }
