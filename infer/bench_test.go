@@ -18,16 +18,29 @@ import (
 // benchSpec is the generated benchmark model: a llama-shaped network of ~360M parameters
 // (hidden 2048, 8 layers, FFN 5632, 16 heads, 4 KV heads), big enough that decode is bound by
 // memory bandwidth rather than per-token overhead. TQ_BENCH_LAYERS overrides the layer count.
+// TQ_BENCH_ARCH=qwen3moe makes it a qwen3moe network instead (32 experts of 768, 4 used per
+// token: ~1.2B parameters, ~190M active).
 func benchSpec(typ gguf.GGMLType) testmodel.Spec {
-	s := testmodel.Default("llama")
+	s := testmodel.Default(benchArch())
 	s.Embd, s.Layers, s.FF, s.Heads, s.HeadsKV, s.HeadDim = 2048, 8, 5632, 16, 4, 128
 	s.Vocab, s.Ctx = 4096, 4096
+	if s.Arch == "qwen3moe" {
+		s.Experts, s.ExpertsUsed, s.FFExp = 32, 4, 768
+	}
 	if n, err := strconv.Atoi(os.Getenv("TQ_BENCH_LAYERS")); err == nil && n > 0 {
 		s.Layers = n
 	}
 	s.Types = typesAll(typ)
 	s.Seed = 77
 	return s
+}
+
+// benchArch is the benchmark model's architecture: llama, or TQ_BENCH_ARCH.
+func benchArch() string {
+	if a := os.Getenv("TQ_BENCH_ARCH"); a == "qwen3moe" {
+		return a
+	}
+	return "llama"
 }
 
 // benchModelPath builds the benchmark GGUF once per type and caches it under the user cache
@@ -46,7 +59,7 @@ func benchModelPath(b testing.TB, typ gguf.GGMLType) string {
 		b.Fatal(err)
 	}
 	spec := benchSpec(typ)
-	p := filepath.Join(dir, fmt.Sprintf("bench-llama-%s-L%d-v1.gguf", typ, spec.Layers))
+	p := filepath.Join(dir, fmt.Sprintf("bench-%s-%s-L%d-v1.gguf", spec.Arch, typ, spec.Layers))
 	if _, err := os.Stat(p); err == nil {
 		return p
 	}
