@@ -114,7 +114,7 @@ func (m *metaSource) Meta(key string) (any, bool) {
 	if !ok {
 		return nil, false
 	}
-	return valueToGo(v), true
+	return infer.MetaValue(v), true
 }
 
 func (m *metaSource) Tensor(name string) (*infer.Tensor, bool) {
@@ -129,59 +129,4 @@ func (m *metaSource) TensorNames() []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-func valueToGo(v gguf.Value) any {
-	switch v.Type() {
-	case gguf.ValueArray:
-		if a, ok := gguf.ArrayOf[string](v); ok {
-			return a
-		}
-		if a, ok := gguf.ArrayOf[int32](v); ok {
-			return a
-		}
-		if a, ok := gguf.ArrayOf[uint32](v); ok {
-			return a
-		}
-		if a, ok := gguf.ArrayOf[int64](v); ok {
-			return a
-		}
-		if a, ok := gguf.ArrayOf[uint64](v); ok {
-			return a
-		}
-		if a, ok := gguf.ArrayOf[float32](v); ok {
-			out := make([]float64, len(a))
-			for i, x := range a {
-				out[i] = float64(x)
-			}
-			return out
-		}
-		if a, ok := gguf.ArrayOf[float64](v); ok {
-			return a
-		}
-		if a, ok := gguf.ArrayOf[bool](v); ok {
-			return a
-		}
-		n := v.Len()
-		out := make([]any, n)
-		for i := 0; i < n; i++ {
-			out[i] = valueToGo(v.Index(i))
-		}
-		return out
-	case gguf.ValueString:
-		s, _ := v.AsString()
-		return s
-	case gguf.ValueBool:
-		b, _ := v.AsBool()
-		return b
-	case gguf.ValueFloat32, gguf.ValueFloat64:
-		f, _ := v.AsFloat()
-		return f
-	case gguf.ValueUint8, gguf.ValueUint16, gguf.ValueUint32, gguf.ValueUint64:
-		u, _ := v.AsUint()
-		return u
-	default:
-		i, _ := v.AsInt()
-		return i
-	}
 }

@@ -72,10 +72,14 @@ func (s *GGUFSource) Meta(key string) (any, bool) {
 	if !ok {
 		return nil, false
 	}
-	return valueToGo(v), true
+	return MetaValue(v), true
 }
 
-func valueToGo(v gguf.Value) any {
+// MetaValue converts a GGUF metadata value to the Go value a [Source]'s Meta returns: strings,
+// bools, float64, uint64 or int64 for scalars, typed slices for arrays (nil for an array of
+// arrays). Callers that build a [MapSource] from GGUF metadata use it so that every source
+// presents metadata the same way.
+func MetaValue(v gguf.Value) any {
 	if v.Type() == gguf.ValueArray {
 		return arrayToGo(v)
 	}

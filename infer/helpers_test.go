@@ -13,7 +13,7 @@ import (
 func mapSourceOf(m *testmodel.Model) *MapSource {
 	s := NewMapSource()
 	for _, kv := range m.Meta {
-		s.Metadata[kv.Key] = valueToGo(kv.Value)
+		s.Metadata[kv.Key] = MetaValue(kv.Value)
 	}
 	for _, t := range m.Tensors {
 		dims := make([]int64, len(t.Dims))

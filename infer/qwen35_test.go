@@ -61,7 +61,7 @@ func hfSource(t testing.TB, dir string) *MapSource {
 	defer src.Close()
 	ms := NewMapSource()
 	for _, kv := range src.Metadata() {
-		ms.Metadata[kv.Key] = valueToGo(kv.Value)
+		ms.Metadata[kv.Key] = MetaValue(kv.Value)
 	}
 	for _, d := range src.Tensors() {
 		n := int64(1)

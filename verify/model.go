@@ -135,7 +135,7 @@ func OpenHFModel(dir string, o RunOptions) (LogitsModel, func() error, error) {
 	defer hs.Close()
 	ms := infer.NewMapSource()
 	for _, kv := range hs.Metadata() {
-		ms.Metadata[kv.Key] = valueToGo(kv.Value)
+		ms.Metadata[kv.Key] = infer.MetaValue(kv.Value)
 	}
 	for _, d := range hs.Tensors() {
 		t, err := hfTensor(hs, d)
@@ -209,59 +209,4 @@ func hfTensor(hs *convert.HFSource, d convert.TensorDesc) (*infer.Tensor, error)
 func isDir(path string) bool {
 	st, err := os.Stat(path)
 	return err == nil && st.IsDir()
-}
-
-// valueToGo converts a GGUF metadata value to the Go value infer sources use.
-func valueToGo(v gguf.Value) any {
-	if v.Type() == gguf.ValueArray {
-		switch {
-		case is[string](v):
-			a, _ := gguf.ArrayOf[string](v)
-			return a
-		case is[int32](v):
-			a, _ := gguf.ArrayOf[int32](v)
-			return a
-		case is[uint32](v):
-			a, _ := gguf.ArrayOf[uint32](v)
-			return a
-		case is[float32](v):
-			a, _ := gguf.ArrayOf[float32](v)
-			return a
-		case is[int64](v):
-			a, _ := gguf.ArrayOf[int64](v)
-			return a
-		case is[uint64](v):
-			a, _ := gguf.ArrayOf[uint64](v)
-			return a
-		case is[float64](v):
-			a, _ := gguf.ArrayOf[float64](v)
-			return a
-		case is[bool](v):
-			a, _ := gguf.ArrayOf[bool](v)
-			return a
-		}
-		return nil
-	}
-	switch v.Type() {
-	case gguf.ValueString:
-		s, _ := v.AsString()
-		return s
-	case gguf.ValueBool:
-		b, _ := v.AsBool()
-		return b
-	case gguf.ValueFloat32, gguf.ValueFloat64:
-		f, _ := v.AsFloat()
-		return f
-	case gguf.ValueUint8, gguf.ValueUint16, gguf.ValueUint32, gguf.ValueUint64:
-		u, _ := v.AsUint()
-		return u
-	default:
-		i, _ := v.AsInt()
-		return i
-	}
-}
-
-func is[T gguf.ArrayElem](v gguf.Value) bool {
-	_, ok := gguf.ArrayOf[T](v)
-	return ok
 }
