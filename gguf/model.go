@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/tq-project/tq/internal/mmap"
 )
 
 // ModelTensor is a tensor of a Model with its location.
@@ -84,10 +86,10 @@ func (m *Model) openShard(path string) error {
 		f.Close()
 		return err
 	}
-	data, err := mapFile(f, st.Size())
+	data, err := mmap.Map(f, st.Size())
 	if err != nil {
 		f.Close()
-		return fmt.Errorf("gguf: %s: mmap: %w", path, err)
+		return fmt.Errorf("gguf: %w", err)
 	}
 	m.files = append(m.files, hdr)
 	m.osFiles = append(m.osFiles, f)
@@ -164,7 +166,7 @@ func (m *Model) Close() error {
 	m.closed = true
 	var first error
 	for _, b := range m.maps {
-		if err := unmapFile(b); err != nil && first == nil {
+		if err := mmap.Unmap(b); err != nil && first == nil {
 			first = err
 		}
 	}

@@ -17,7 +17,7 @@ import (
 	"strings"
 	"sync"
 
-	"golang.org/x/sys/unix"
+	"github.com/tq-project/tq/internal/mmap"
 )
 
 // TensorInfo describes one tensor of a checkpoint.
@@ -456,9 +456,9 @@ func (s *shard) mapped() ([]byte, error) {
 	if fi.Size() != s.size {
 		return nil, fmt.Errorf("safetensors: %s changed size since it was opened (%d -> %d bytes)", s.path, s.size, fi.Size())
 	}
-	data, err := unix.Mmap(int(s.f.Fd()), 0, int(s.size), unix.PROT_READ, unix.MAP_SHARED)
+	data, err := mmap.Map(s.f, s.size)
 	if err != nil {
-		return nil, fmt.Errorf("safetensors: mmap %s: %w", s.path, err)
+		return nil, fmt.Errorf("safetensors: %w", err)
 	}
 	s.data = data
 	return data, nil
@@ -470,7 +470,7 @@ func (s *shard) unmap() error {
 	if s.data == nil {
 		return nil
 	}
-	err := unix.Munmap(s.data)
+	err := mmap.Unmap(s.data)
 	s.data = nil
 	if err != nil {
 		return fmt.Errorf("safetensors: munmap %s: %w", s.path, err)

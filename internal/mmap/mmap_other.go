@@ -1,13 +1,13 @@
-//go:build !unix
+//go:build !unix && !windows
 
-package gguf
+package mmap
 
 import (
 	"io"
 	"os"
 )
 
-// mapFile reads the whole file on platforms without mmap support in this package.
+// mapFile reads the file: this platform has no mapping in golang.org/x/sys.
 func mapFile(f *os.File, size int64) ([]byte, error) {
 	b := make([]byte, size)
 	if _, err := io.ReadFull(io.NewSectionReader(f, 0, size), b); err != nil {
@@ -16,4 +16,4 @@ func mapFile(f *os.File, size int64) ([]byte, error) {
 	return b, nil
 }
 
-func unmapFile(b []byte) error { return nil }
+func unmapFile([]byte) error { return nil }
