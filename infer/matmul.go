@@ -117,9 +117,10 @@ func (s *Session) matmul(l *linear, e int, x []float32, T int, y []float32) {
 		})
 		return
 	}
-	if kt, ok := q0Tiles[l.t]; ok && l.k.repack == 0 {
-		// q8_0/q4_0: register tiles of rows × tokens (kernels.MatMulQ0), every element
-		// bit-identical to the vec_dot kernel, which is also tinyBLAS's order for batches.
+	if kt, ok := q0Tiles[l.t]; ok && l.k.repack == 0 && (l.k.batchDot == nil || m.opts.gemmMin >= 0) {
+		// 32-element block types: register tiles of rows × tokens (kernels.MatMulQ0), every
+		// element bit-identical to the vec_dot kernel, or for iq4_nl batches to tinyBLAS's
+		// order (what llama.cpp runs; tests forcing the dot path keep vec_dot).
 		w := l.data[e*out*l.rowBytes : (e+1)*out*l.rowBytes]
 		m.pool.run(out, m.pool.chunkFor(out, 16), func(_, lo, hi int) {
 			if err := kernels.MatMulQ0(kt, y, out, w, l.rowBytes, a, ab, T, lo, hi); err != nil {
@@ -129,7 +130,7 @@ func (s *Session) matmul(l *linear, e int, x []float32, T int, y []float32) {
 		return
 	}
 	if kt, ok := kTiles[l.t]; ok && l.k.repack == 0 && T >= 2 {
-		// q4_K/q5_K/q6_K over a batch: register tiles of rows × tokens (kernels.MatMulK),
+		// K-quants (and iq4_xs) over a batch: register tiles of rows × tokens (kernels.MatMulK),
 		// every element bit-identical to the vec_dot kernel (llama.cpp's order for these).
 		w := l.data[e*out*l.rowBytes : (e+1)*out*l.rowBytes]
 		m.pool.run(out, m.pool.chunkFor(out, 16), func(_, lo, hi int) {
@@ -157,11 +158,18 @@ func (s *Session) matmul(l *linear, e int, x []float32, T int, y []float32) {
 	})
 }
 
-// q0Tiles maps the weight types MatMulQ0 multiplies to their quant/kernels types.
-var q0Tiles = map[gguf.GGMLType]kernels.Type{gguf.TypeQ8_0: kernels.Q8_0, gguf.TypeQ4_0: kernels.Q4_0}
+// q0Tiles maps the 32-element block weight types MatMulQ0 multiplies to their quant/kernels
+// types (activations: q8_0 rows, or q8_1 rows for q4_1/q5_1).
+var q0Tiles = map[gguf.GGMLType]kernels.Type{
+	gguf.TypeQ8_0: kernels.Q8_0, gguf.TypeQ4_0: kernels.Q4_0, gguf.TypeQ5_0: kernels.Q5_0,
+	gguf.TypeIQ4_NL: kernels.IQ4_NL, gguf.TypeQ4_1: kernels.Q4_1, gguf.TypeQ5_1: kernels.Q5_1,
+}
 
-// kTiles maps the K-quant weight types MatMulK multiplies to their quant/kernels types.
-var kTiles = map[gguf.GGMLType]kernels.Type{gguf.TypeQ4_K: kernels.Q4_K, gguf.TypeQ5_K: kernels.Q5_K, gguf.TypeQ6_K: kernels.Q6_K}
+// kTiles maps the K-quant (and iq4_xs) weight types MatMulK multiplies to their quant/kernels types.
+var kTiles = map[gguf.GGMLType]kernels.Type{
+	gguf.TypeQ4_K: kernels.Q4_K, gguf.TypeQ5_K: kernels.Q5_K, gguf.TypeQ6_K: kernels.Q6_K,
+	gguf.TypeQ2_K: kernels.Q2_K, gguf.TypeQ3_K: kernels.Q3_K, gguf.TypeIQ4_XS: kernels.IQ4_XS,
+}
 
 // tilePool holds dequantized weight tiles for the GEMM path.
 var tilePool = sync.Pool{New: func() any { return new([]float32) }}

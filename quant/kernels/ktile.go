@@ -10,17 +10,19 @@ import (
 
 // Register-tiled K-quant × Q8_K products. MatMulK computes a block of outputs (weight rows ×
 // activation rows) in tiles of up to ktR rows and 4 tokens, each output with its own
-// integer lanes and float accumulator that see exactly the operations of DotQ4_KQ8K /
-// DotQ5_KQ8K / DotQ6_KQ8K (ggml's AVX2 vec_dot order): the integer lanes of a super-block
-// are exact sums (any order gives the same int32 values), and the float steps — one FMA per
-// super-block with d·dx, the separate minimum accumulator of Q4_K/Q5_K, the final hsum8 —
-// are the one-row kernel's, per output. Tiling only changes which loads and weight decodes
+// integer lanes and float accumulator that see exactly the operations of DotQ2_KQ8K /
+// DotQ3_KQ8K / DotQ4_KQ8K / DotQ5_KQ8K / DotQ6_KQ8K / DotIQ4_XSQ8K (ggml's AVX2 vec_dot
+// order): the integer lanes of a super-block are exact sums (any order gives the same int32
+// values), and the float steps — one FMA per super-block with d·dx, Q2_K's min FMA before
+// it, the separate minimum accumulator of Q4_K/Q5_K, the final hsum8 — are the one-row
+// kernel's, per output. Tiling only changes which loads and weight decodes
 // are shared, so every output is bit-identical to the one-row kernel.
 //
 // On the assembly path, per token chunk, each weight row is first decoded into a table
-// (ktPrepQ4/Q5/Q6: unsigned weight values, scale vectors, d, and the Q6_K offset or
-// Q4_K/Q5_K min words); the Q4_K/Q5_K minimum term of the row is computed for 8 tokens at
-// a time (ktMinsQ4/Q5); the tile kernels then read only the tables and the activations.
+// (ktPrepQ2/Q3/Q4/Q5/Q6/IQ4: weight values, scale vectors, d, and the Q6_K offset, the
+// Q3_K lane offsets, the IQ4_XS signed values, the Q2_K mins or the Q4_K/Q5_K min words);
+// the Q4_K/Q5_K minimum term of the row is computed for 8 tokens at a time (ktMinsQ4/Q5);
+// the tile kernels then read only the tables and the activations.
 
 // ktR is the number of weight rows per tile of the assembly path (kernels exist for 1..3
 // rows; the rows left at the end of a range use a narrower tile). On Zen 4, 3 rows × 4 tokens
@@ -52,13 +54,13 @@ func ktGrow[E any](b []E, n int) []E {
 }
 
 // MatMulK computes y[tok·ldy + r] = dot(weight row r, activation row tok) for r in [r0, r1)
-// and tok in [0, T), for Q4_K, Q5_K or Q6_K weights (t) and Q8_K activation rows. Weight row
-// r occupies w[r·rowBytes : (r+1)·rowBytes] (its element count n follows from rowBytes);
-// activation row tok starts at xq[tok·xRowBytes] and holds at least n elements quantized with
-// QuantizeRowQ8K (with its bsums). Every output is bit-identical to DotQ4_KQ8K, DotQ5_KQ8K or
-// DotQ6_KQ8K of that pair, on the assembly and the pure-Go path alike (for finite scales;
-// with NaN scales the NaN payload is unspecified). It runs single-threaded; callers split
-// [r0, r1) among their workers (outputs of different row ranges never interact). For T ≤ 1
+// and tok in [0, T), for Q2_K, Q3_K, Q4_K, Q5_K, Q6_K or IQ4_XS weights (t) and Q8_K
+// activation rows. Weight row r occupies w[r·rowBytes : (r+1)·rowBytes] (its element count n
+// follows from rowBytes); activation row tok starts at xq[tok·xRowBytes] and holds at least n
+// elements quantized with QuantizeRowQ8K (with its bsums). Every output is bit-identical to
+// the type's Dot kernel (DotQ2_KQ8K … DotQ6_KQ8K, DotIQ4_XSQ8K) of that pair, on the assembly
+// and the pure-Go path alike (for finite scales; with NaN scales the NaN payload is
+// unspecified). It runs single-threaded; callers split [r0, r1) among their workers (outputs of different row ranges never interact). For T ≤ 1
 // the strides ldy and xRowBytes are not used. It returns an error, and writes nothing, for an
 // unsupported type, a row size that is not a positive multiple of the block size, an invalid
 // row range, strides smaller than a row, or buffers too short for the shape.
@@ -80,10 +82,10 @@ func MatMulK(t Type, y []float32, ldy int, w []byte, rowBytes int, xq []byte, xR
 
 // checkMatMulK validates MatMulK's arguments and returns the super-blocks per row.
 func checkMatMulK(t Type, y []float32, ldy int, w []byte, rowBytes int, xq []byte, xRowBytes int, T, r0, r1 int) (int, error) {
-	if t != Q4_K && t != Q5_K && t != Q6_K {
-		return 0, fmt.Errorf("kernels: MatMulK: unsupported weight type %v (want q4_K, q5_K or q6_K)", t)
+	wb := ktBlockBytes(t)
+	if wb == 0 {
+		return 0, fmt.Errorf("kernels: MatMulK: unsupported weight type %v (want q2_K, q3_K, q4_K, q5_K, q6_K or iq4_xs)", t)
 	}
-	wb := BlockBytes(t)
 	if rowBytes <= 0 || rowBytes%wb != 0 {
 		return 0, fmt.Errorf("kernels: MatMulK: row size %d is not a positive multiple of the %v block size %d bytes", rowBytes, t, wb)
 	}
@@ -100,7 +102,7 @@ func checkMatMulK(t Type, y []float32, ldy int, w []byte, rowBytes int, xq []byt
 	if T == 0 || r0 == r1 {
 		return nb, nil
 	}
-	// nb·292 cannot overflow: nb ≤ len(w)/144.
+	// nb·292 cannot overflow: nb ≤ len(w)/84.
 	xRow := nb * BlockBytesQ8_K
 	if len(xq) < xRow {
 		return 0, fmt.Errorf("kernels: MatMulK: activation bytes %d are fewer than the %d of one row (%d Q8_K blocks)", len(xq), xRow, nb)
@@ -137,8 +139,14 @@ func matMulKAsm(t Type, y []float32, ldy int, w []byte, rowBytes int, xq []byte,
 				y[r] = dotQ4KQ8KAVX2(wr, &xq[0], nb)
 			case Q5_K:
 				y[r] = dotQ5KQ8KAVX2(wr, &xq[0], nb)
-			default:
+			case Q6_K:
 				y[r] = dotQ6KQ8KAVX2(wr, &xq[0], nb)
+			case Q2_K:
+				y[r] = dotQ2KQ8KAVX2(wr, &xq[0], nb)
+			case Q3_K:
+				y[r] = dotQ3KQ8KAVX2(wr, &xq[0], nb)
+			default:
+				y[r] = dotIQ4XSQ8KAVX2(wr, &xq[0], nb)
 			}
 		}
 		return
@@ -146,11 +154,8 @@ func matMulKAsm(t Type, y []float32, ldy int, w []byte, rowBytes int, xq []byte,
 	bufs := ktPool.Get().(*ktBufs)
 	defer ktPool.Put(bufs)
 
-	q45 := t != Q6_K
-	tb := ktTabQ6
-	if q45 {
-		tb = ktTabQ45
-	}
+	q45 := t == Q4_K || t == Q5_K
+	tb := ktTabBytes(t)
 	bufs.tab = ktGrow(bufs.tab, ktR*nb*tb)
 	tab := bufs.tab
 	chunk := max(1, min(T, ktChunkBytes/(nb*BlockBytesQ8_K)))
@@ -178,8 +183,17 @@ func matMulKAsm(t Type, y []float32, ldy int, w []byte, rowBytes int, xq []byte,
 					ktPrepQ4(wr, nb, ti, R*tb)
 				case Q5_K:
 					ktPrepQ5(wr, nb, ti, R*tb)
-				default:
+				case Q6_K:
 					ktPrepQ6(wr, nb, ti, R*tb)
+					continue
+				case Q2_K:
+					ktPrepQ2(wr, nb, ti, R*tb)
+					continue
+				case Q3_K:
+					ktPrepQ3(wr, nb, ti, R*tb)
+					continue
+				default:
+					ktPrepIQ4(wr, nb, ti, R*tb)
 					continue
 				}
 				mb := bufs.mb[i*ms : (i+1)*ms]
@@ -194,10 +208,17 @@ func matMulKAsm(t Type, y []float32, ldy int, w []byte, rowBytes int, xq []byte,
 			for k := 0; k < tc; k += C {
 				c := min(C, tc-k)
 				xk, yk := &x0[k*xRowBytes], &y0[k*ldy+r]
-				if q45 {
+				switch t {
+				case Q4_K, Q5_K:
 					ktileQ45(R, c, &tab[0], xk, xRowBytes, nb, yk, ldy, &bufs.mb[k], ms)
-				} else {
+				case Q6_K:
 					ktileQ6(R, c, &tab[0], xk, xRowBytes, nb, yk, ldy, nil, 0)
+				case Q2_K:
+					ktileQ2(R, c, &tab[0], xk, xRowBytes, nb, yk, ldy, nil, 0)
+				case Q3_K:
+					ktileQ3(R, c, &tab[0], xk, xRowBytes, nb, yk, ldy, nil, 0)
+				default:
+					ktileIQ4(R, c, &tab[0], xk, xRowBytes, nb, yk, ldy, nil, 0)
 				}
 			}
 			r += R
@@ -237,13 +258,14 @@ func ktTokenTable(xt []byte, x []byte, xRowBytes, tc, nb int) {
 const ktGoTokens = 8
 
 // matMulKGo is the pure-Go twin of matMulKAsm: per weight row and super-block the weights
-// are decoded once and used for up to 8 tokens, each output accumulated exactly as
-// dotQ4KQ8KGo / dotQ5KQ8KGo / dotQ6KQ8KGo do it.
+// are decoded once and used for up to 8 tokens, each output accumulated exactly as the
+// type's one-row Go kernel (dotQ2KQ8KGo … dotQ6KQ8KGo, dotIQ4XSQ8KGo) does it.
 func matMulKGo(t Type, y []float32, ldy int, w []byte, rowBytes int, xq []byte, xRowBytes int, T, r0, r1, nb int) {
-	wb := BlockBytes(t)
-	var q [QK_K]int32 // unsigned weight values of one super-block
+	wb := ktBlockBytes(t)
+	var q [QK_K]int32 // weight values of one super-block
 	var sc [16]int32  // scale of each 16-element sub-block
 	var m [8]int32    // Q4_K/Q5_K mins
+	var m2 [16]int32  // Q2_K mins
 	var d, dm float32 // fp16 d (and dmin) of the super-block, widened
 	var acc [ktGoTokens][8]float32
 	var accm [ktGoTokens][4]float32 // Q4_K: 4 min lanes; Q5_K: lane 0 is summs
@@ -257,15 +279,41 @@ func matMulKGo(t Type, y []float32, ldy int, w []byte, rowBytes int, xq []byte, 
 				switch t {
 				case Q6_K:
 					d = ktDecodeQ6(&q, &sc, blk)
+				case Q2_K:
+					d, dm = ktDecodeQ2(&q, &sc, &m2, blk)
+				case Q3_K:
+					d = ktDecodeQ3(&q, &sc, blk)
+				case IQ4_XS:
+					d = ktDecodeIQ4(&q, &sc, blk)
 				default:
 					d, dm, m = ktDecodeQ45(&q, &sc, blk, t == Q5_K)
 				}
 				for j := 0; j < nk; j++ {
 					xb := (*[BlockBytesQ8_K]byte)(xq[(k0+j)*xRowBytes+b*BlockBytesQ8_K:])
-					sumi := ktLanes(&q, &sc, xb)
+					var sumi [8]int32
+					if t == IQ4_XS {
+						sumi = ktLanesIQ4(&q, &sc, xb)
+					} else {
+						sumi = ktLanes(&q, &sc, xb)
+					}
 					dx := q8kScale(xb)
 					a := &acc[j]
 					switch t {
+					case Q2_K:
+						dd := dx * d
+						dmin := -(dx * dm)
+						for k := 0; k < 8; k++ {
+							ms := m2[2*k]*q8kBsum(xb, 2*k) + m2[2*k+1]*q8kBsum(xb, 2*k+1)
+							a[k] = lanes8FMA(dmin, float32(ms), a[k])
+						}
+						for k := 0; k < 8; k++ {
+							a[k] = lanes8FMA(dd, float32(sumi[k]), a[k])
+						}
+					case Q3_K, IQ4_XS:
+						dd := dx * d
+						for k := 0; k < 8; k++ {
+							a[k] = lanes8FMA(dd, float32(sumi[k]), a[k])
+						}
 					case Q6_K:
 						for k := 0; k < 8; k++ {
 							b0 := int32(int16(le16(xb[4+QK_K+4*k:])))
@@ -368,6 +416,104 @@ func ktLanes(q *[QK_K]int32, sc *[16]int32, xb *[BlockBytesQ8_K]byte) (sumi [8]i
 			var p int32
 			for e := 4 * k; e < 4*k+4; e++ {
 				p += q[32*c+e] * int32(int8(xb[4+32*c+e]))
+			}
+			sumi[k] += sc[2*c+k/4] * p
+		}
+	}
+	return sumi
+}
+
+// ktBlockBytes returns the super-block bytes of a weight type MatMulK supports, else 0.
+func ktBlockBytes(t Type) int {
+	switch t {
+	case Q2_K:
+		return BlockBytesQ2_K
+	case Q3_K:
+		return BlockBytesQ3_K
+	case Q4_K:
+		return BlockBytesQ4_K
+	case Q5_K:
+		return BlockBytesQ5_K
+	case Q6_K:
+		return BlockBytesQ6_K
+	case IQ4_XS:
+		return BlockBytesIQ4_XS
+	}
+	return 0
+}
+
+// ktTabBytes returns the table bytes per row and super-block of weight type t.
+func ktTabBytes(t Type) int {
+	switch t {
+	case Q4_K, Q5_K:
+		return ktTabQ45
+	case Q6_K:
+		return ktTabQ6
+	case Q2_K:
+		return ktTabQ2
+	case Q3_K:
+		return ktTabQ3
+	}
+	return ktTabIQ4
+}
+
+// ktDecodeQ2 decodes one Q2_K super-block into its 256 values (0..3), the 16 sub-block
+// scales and mins, and d, dmin widened.
+func ktDecodeQ2(q *[QK_K]int32, sc, m *[16]int32, blk []byte) (d, dmin float32) {
+	wb := (*[BlockBytesQ2_K]byte)(blk)
+	for j := 0; j < 2; j++ {
+		for p := 0; p < 4; p++ {
+			for l := 0; l < 32; l++ {
+				q[128*j+32*p+l] = int32(wb[16+32*j+l] >> (2 * p) & 3)
+			}
+		}
+	}
+	for i := 0; i < 16; i++ {
+		sc[i] = int32(wb[i] & 15)
+		m[i] = int32(wb[i] >> 4)
+	}
+	return halfToFloat(le16(wb[80:])), halfToFloat(le16(wb[82:]))
+}
+
+// ktDecodeQ3 decodes one Q3_K super-block into its 256 signed values (−4..3) and 16 signed
+// sub-block scales, returning d widened.
+func ktDecodeQ3(q *[QK_K]int32, sc *[16]int32, blk []byte) float32 {
+	wb := (*[BlockBytesQ3_K]byte)(blk)
+	for j := 0; j < 2; j++ {
+		for p := 0; p < 4; p++ {
+			for l := 0; l < 32; l++ {
+				q[128*j+32*p+l] = q3v(wb[32+32*j+l], wb[l], uint(2*p), uint(4*j+p))
+			}
+		}
+	}
+	*sc = q3kScales((*[12]byte)(wb[96:]))
+	return halfToFloat(le16(wb[108:]))
+}
+
+// ktDecodeIQ4 decodes one IQ4_XS super-block into its 256 signed values and the scale of
+// each 16-element half of a sub-block, returning d widened.
+func ktDecodeIQ4(q *[QK_K]int32, sc *[16]int32, blk []byte) float32 {
+	wb := (*[BlockBytesIQ4_XS]byte)(blk)
+	sh := le16(wb[2:])
+	for ib := 0; ib < 8; ib++ {
+		ls := int32(wb[4+ib/2]>>(4*(ib&1))&15|byte(sh>>(2*ib)&3)<<4) - 32
+		sc[2*ib], sc[2*ib+1] = ls, ls
+		for l := 0; l < 16; l++ {
+			v := wb[8+16*ib+l]
+			q[32*ib+l] = int32(kxIQ4Values[v&15])
+			q[32*ib+16+l] = int32(kxIQ4Values[v>>4])
+		}
+	}
+	return halfToFloat(le16(wb[0:]))
+}
+
+// ktLanesIQ4 is ktLanes with IQ4_XS's products |v|·sign(x, v) (iq4Mul).
+func ktLanesIQ4(q *[QK_K]int32, sc *[16]int32, xb *[BlockBytesQ8_K]byte) (sumi [8]int32) {
+	for c := 0; c < 8; c++ {
+		for k := 0; k < 8; k++ {
+			var p int32
+			for e := 4 * k; e < 4*k+4; e++ {
+				p += iq4Mul(int8(q[32*c+e]), int8(xb[4+32*c+e]))
 			}
 			sumi[k] += sc[2*c+k/4] * p
 		}

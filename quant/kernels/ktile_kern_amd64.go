@@ -8,6 +8,9 @@ package kernels
 const (
 	ktTabQ6  = 576
 	ktTabQ45 = 608
+	ktTabQ2  = 608
+	ktTabQ3  = 576
+	ktTabIQ4 = 800
 )
 
 //go:noescape
@@ -18,6 +21,15 @@ func ktPrepQ5(w *byte, nb int, tab *byte, stride int)
 
 //go:noescape
 func ktPrepQ6(w *byte, nb int, tab *byte, stride int)
+
+//go:noescape
+func ktPrepQ2(w *byte, nb int, tab *byte, stride int)
+
+//go:noescape
+func ktPrepQ3(w *byte, nb int, tab *byte, stride int)
+
+//go:noescape
+func ktPrepIQ4(w *byte, nb int, tab *byte, stride int)
 
 //go:noescape
 func ktMinsQ5(tab *byte, stride int, nb int, xt *byte, ntg int, out *float32)
@@ -100,6 +112,114 @@ func ktQ6R3C3(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb
 //go:noescape
 func ktQ6R3C4(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
 
+//go:noescape
+func ktQ2R1C1(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktQ2R1C2(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktQ2R1C3(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktQ2R1C4(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktQ2R2C1(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktQ2R2C2(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktQ2R2C3(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktQ2R2C4(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktQ2R3C1(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktQ2R3C2(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktQ2R3C3(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktQ2R3C4(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktQ3R1C1(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktQ3R1C2(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktQ3R1C3(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktQ3R1C4(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktQ3R2C1(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktQ3R2C2(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktQ3R2C3(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktQ3R2C4(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktQ3R3C1(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktQ3R3C2(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktQ3R3C3(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktQ3R3C4(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktIQ4R1C1(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktIQ4R1C2(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktIQ4R1C3(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktIQ4R1C4(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktIQ4R2C1(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktIQ4R2C2(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktIQ4R2C3(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktIQ4R2C4(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktIQ4R3C1(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktIQ4R3C2(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktIQ4R3C3(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
+//go:noescape
+func ktIQ4R3C4(tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int)
+
 // ktileQ45 runs the generated Q45 tile kernel of shape R×C; it reports false for a shape that was not generated.
 func ktileQ45(R, C int, tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int) bool {
 	switch R<<8 | C {
@@ -160,6 +280,105 @@ func ktileQ6(R, C int, tab *byte, x *byte, xRowBytes int, nb int, y *float32, ld
 		ktQ6R3C3(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
 	case 3<<8 | 4:
 		ktQ6R3C4(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	default:
+		return false
+	}
+	return true
+}
+
+// ktileQ2 runs the generated Q2 tile kernel of shape R×C; it reports false for a shape that was not generated.
+func ktileQ2(R, C int, tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int) bool {
+	switch R<<8 | C {
+	case 1<<8 | 1:
+		ktQ2R1C1(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 1<<8 | 2:
+		ktQ2R1C2(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 1<<8 | 3:
+		ktQ2R1C3(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 1<<8 | 4:
+		ktQ2R1C4(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 2<<8 | 1:
+		ktQ2R2C1(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 2<<8 | 2:
+		ktQ2R2C2(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 2<<8 | 3:
+		ktQ2R2C3(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 2<<8 | 4:
+		ktQ2R2C4(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 3<<8 | 1:
+		ktQ2R3C1(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 3<<8 | 2:
+		ktQ2R3C2(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 3<<8 | 3:
+		ktQ2R3C3(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 3<<8 | 4:
+		ktQ2R3C4(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	default:
+		return false
+	}
+	return true
+}
+
+// ktileQ3 runs the generated Q3 tile kernel of shape R×C; it reports false for a shape that was not generated.
+func ktileQ3(R, C int, tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int) bool {
+	switch R<<8 | C {
+	case 1<<8 | 1:
+		ktQ3R1C1(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 1<<8 | 2:
+		ktQ3R1C2(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 1<<8 | 3:
+		ktQ3R1C3(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 1<<8 | 4:
+		ktQ3R1C4(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 2<<8 | 1:
+		ktQ3R2C1(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 2<<8 | 2:
+		ktQ3R2C2(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 2<<8 | 3:
+		ktQ3R2C3(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 2<<8 | 4:
+		ktQ3R2C4(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 3<<8 | 1:
+		ktQ3R3C1(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 3<<8 | 2:
+		ktQ3R3C2(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 3<<8 | 3:
+		ktQ3R3C3(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 3<<8 | 4:
+		ktQ3R3C4(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	default:
+		return false
+	}
+	return true
+}
+
+// ktileIQ4 runs the generated IQ4 tile kernel of shape R×C; it reports false for a shape that was not generated.
+func ktileIQ4(R, C int, tab *byte, x *byte, xRowBytes int, nb int, y *float32, ldy int, mb *float32, mbStride int) bool {
+	switch R<<8 | C {
+	case 1<<8 | 1:
+		ktIQ4R1C1(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 1<<8 | 2:
+		ktIQ4R1C2(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 1<<8 | 3:
+		ktIQ4R1C3(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 1<<8 | 4:
+		ktIQ4R1C4(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 2<<8 | 1:
+		ktIQ4R2C1(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 2<<8 | 2:
+		ktIQ4R2C2(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 2<<8 | 3:
+		ktIQ4R2C3(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 2<<8 | 4:
+		ktIQ4R2C4(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 3<<8 | 1:
+		ktIQ4R3C1(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 3<<8 | 2:
+		ktIQ4R3C2(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 3<<8 | 3:
+		ktIQ4R3C3(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
+	case 3<<8 | 4:
+		ktIQ4R3C4(tab, x, xRowBytes, nb, y, ldy, mb, mbStride)
 	default:
 		return false
 	}

@@ -16,7 +16,24 @@ import (
 // errors, allocation-free steady state, and a fuzz test. (ktile_ref_test.go checks the
 // outputs against a float64 reference.)
 
-var ktTypes = []kernels.Type{kernels.Q4_K, kernels.Q5_K, kernels.Q6_K}
+var ktTypes = []kernels.Type{kernels.Q4_K, kernels.Q5_K, kernels.Q6_K, kernels.Q2_K, kernels.Q3_K, kernels.IQ4_XS}
+
+// ktBlockBytes returns the super-block bytes of a MatMulK weight type (kernels.BlockBytes
+// does not know Q2_K, Q3_K and IQ4_XS).
+func ktBlockBytes(t kernels.Type) int {
+	switch t {
+	case kernels.Q2_K:
+		return kernels.BlockBytesQ2_K
+	case kernels.Q3_K:
+		return kernels.BlockBytesQ3_K
+	case kernels.IQ4_XS:
+		return kernels.BlockBytesIQ4_XS
+	}
+	return kernels.BlockBytes(t)
+}
+
+// ktName names a MatMulK weight type.
+func ktName(t kernels.Type) string { return ktGGML(t).String() }
 
 // ktSentinel marks outputs MatMulK must not write.
 var ktSentinel = math.Float32frombits(0x7fc0beef)
@@ -29,6 +46,12 @@ func ktDot(t kernels.Type) func(n int, w, x []byte) float32 {
 		return kernels.DotQ4_KQ8K
 	case kernels.Q5_K:
 		return kernels.DotQ5_KQ8K
+	case kernels.Q2_K:
+		return kernels.DotQ2_KQ8K
+	case kernels.Q3_K:
+		return kernels.DotQ3_KQ8K
+	case kernels.IQ4_XS:
+		return kernels.DotIQ4_XSQ8K
 	}
 	return kernels.DotQ6_KQ8K
 }
@@ -39,6 +62,12 @@ func ktGGML(t kernels.Type) gguf.GGMLType {
 		return gguf.TypeQ4_K
 	case kernels.Q5_K:
 		return gguf.TypeQ5_K
+	case kernels.Q2_K:
+		return gguf.TypeQ2_K
+	case kernels.Q3_K:
+		return gguf.TypeQ3_K
+	case kernels.IQ4_XS:
+		return gguf.TypeIQ4_XS
 	}
 	return gguf.TypeQ6_K
 }
@@ -76,15 +105,22 @@ func ktHalf(r *rand.Rand, scale float64) uint16 {
 // random bytes with random finite fp16 scales.
 func ktWeights(tb testing.TB, r *rand.Rand, wt kernels.Type, kind string, rows, n int) []byte {
 	tb.Helper()
-	bs := kernels.BlockBytes(wt)
+	bs := ktBlockBytes(wt)
 	w := make([]byte, rows*n/kernels.QK_K*bs)
 	if kind == "raw" {
 		for i := range w {
 			w[i] = byte(r.Uint32())
 		}
 		offs := []int{0, 2}
-		if wt == kernels.Q6_K {
+		switch wt {
+		case kernels.Q6_K:
 			offs = []int{208}
+		case kernels.Q2_K:
+			offs = []int{80, 82}
+		case kernels.Q3_K:
+			offs = []int{108}
+		case kernels.IQ4_XS:
+			offs = []int{0}
 		}
 		for b := 0; b < len(w)/bs; b++ {
 			for _, o := range offs {
@@ -129,7 +165,7 @@ func ktActs(r *rand.Rand, kind string, T, n, xRowBytes int) []byte {
 // one-row kernel of the same implementation; outputs outside the range must stay untouched.
 func ktCheck(t *testing.T, wt kernels.Type, w []byte, rows, n int, xq []byte, xRowBytes, T, r0, r1 int, what string) {
 	t.Helper()
-	rowBytes := n / kernels.QK_K * kernels.BlockBytes(wt)
+	rowBytes := n / kernels.QK_K * ktBlockBytes(wt)
 	ldy := rows + 3
 	y := make([]float32, max(T, 1)*ldy)
 	for i := range y {
@@ -193,7 +229,7 @@ func TestMatMulKBitIdentical(t *testing.T) {
 							ranges = append(ranges, [2]int{1, sh.rows - 1}, [2]int{2, sh.rows - 2})
 						}
 						for _, rg := range ranges {
-							ktCheck(t, wt, w, sh.rows, sh.n, xq, xRowBytes, T, rg[0], rg[1], wt.String()+"/"+kind)
+							ktCheck(t, wt, w, sh.rows, sh.n, xq, xRowBytes, T, rg[0], rg[1], ktName(wt)+"/"+kind)
 						}
 					}
 				}
@@ -221,7 +257,7 @@ func TestMatMulKManyTokens(t *testing.T) {
 			for _, T := range Ts {
 				xRow := n / kernels.QK_K * kernels.BlockBytesQ8_K
 				xq := ktActs(r, "normal", T, n, xRow)
-				ktCheck(t, wt, w, rows, n, xq, xRow, T, 0, rows, wt.String()+"/many")
+				ktCheck(t, wt, w, rows, n, xq, xRow, T, 0, rows, ktName(wt)+"/many")
 			}
 		}
 	})
@@ -239,7 +275,7 @@ func TestMatMulKAsmMatchesGo(t *testing.T) {
 			w := ktWeights(t, r, wt, kind, rows, n)
 			xRow := n / kernels.QK_K * kernels.BlockBytesQ8_K
 			xq := ktActs(r, kind, T, n, xRow)
-			rowBytes := n / kernels.QK_K * kernels.BlockBytes(wt)
+			rowBytes := n / kernels.QK_K * ktBlockBytes(wt)
 			run := func(pure bool) []float32 {
 				kernels.SetPureGo(pure)
 				defer kernels.SetPureGo(false)
@@ -263,7 +299,7 @@ func TestMatMulKErrors(t *testing.T) {
 	r := ktRNG(54)
 	const rows, n, T = 6, 512, 3
 	for _, wt := range ktTypes {
-		rowBytes := n / kernels.QK_K * kernels.BlockBytes(wt)
+		rowBytes := n / kernels.QK_K * ktBlockBytes(wt)
 		xRow := n / kernels.QK_K * kernels.BlockBytesQ8_K
 		w := ktWeights(t, r, wt, "raw", rows, n)
 		xq := ktActs(r, "normal", T, n, xRow)
@@ -292,7 +328,7 @@ func TestMatMulKErrors(t *testing.T) {
 			{"short y (T=1)", kernels.MatMulK(wt, y[:rows-1], ldy, w, rowBytes, xq, xRow, 1, 0, rows)},
 			{"huge stride", kernels.MatMulK(wt, y, ldy, w, rowBytes, xq, math.MaxInt, T, 0, rows)},
 			{"huge ldy", kernels.MatMulK(wt, y, math.MaxInt, w, rowBytes, xq, xRow, T, 0, rows)},
-			{"huge row bytes", kernels.MatMulK(wt, y, ldy, w, math.MaxInt/kernels.BlockBytes(wt)*kernels.BlockBytes(wt), xq, xRow, T, 0, rows)},
+			{"huge row bytes", kernels.MatMulK(wt, y, ldy, w, math.MaxInt/ktBlockBytes(wt)*ktBlockBytes(wt), xq, xRow, T, 0, rows)},
 			{"huge range end", kernels.MatMulK(wt, y, ldy, w, rowBytes, xq, xRow, T, 0, math.MaxInt)},
 		}
 		for _, b := range bad {
@@ -326,7 +362,7 @@ func TestMatMulKNoAllocs(t *testing.T) {
 	r := ktRNG(55)
 	const rows, n, T = 5, 2048, 13
 	for _, wt := range ktTypes {
-		rowBytes := n / kernels.QK_K * kernels.BlockBytes(wt)
+		rowBytes := n / kernels.QK_K * ktBlockBytes(wt)
 		xRow := n / kernels.QK_K * kernels.BlockBytesQ8_K
 		w := ktWeights(t, r, wt, "raw", rows, n)
 		xq := ktActs(r, "normal", T, n, xRow)
@@ -346,6 +382,9 @@ func FuzzMatMulK(f *testing.F) {
 	f.Add(uint64(1), uint8(1), uint8(3), uint8(0), uint8(5), uint8(0))
 	f.Add(uint64(2), uint8(2), uint8(13), uint8(2), uint8(9), uint8(1))
 	f.Add(uint64(3), uint8(3), uint8(33), uint8(1), uint8(4), uint8(2))
+	f.Add(uint64(4), uint8(2), uint8(13), uint8(0), uint8(7), uint8(3))
+	f.Add(uint64(5), uint8(4), uint8(9), uint8(2), uint8(6), uint8(4))
+	f.Add(uint64(6), uint8(1), uint8(26), uint8(1), uint8(7), uint8(5))
 	f.Fuzz(func(t *testing.T, seed uint64, nbU, tU, r0U, r1U, typU uint8) {
 		r := ktRNG(seed)
 		wt := ktTypes[int(typU)%len(ktTypes)]

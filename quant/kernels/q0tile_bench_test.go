@@ -28,10 +28,16 @@ type q0tBenchCase struct {
 func newQ0tBenchCase(wt Type, rows, n, T int) *q0tBenchCase {
 	r := newRNG(uint64(rows*7 + n + T))
 	c := &q0tBenchCase{wt: wt, rows: rows, n: n, T: T}
-	c.rowBytes = n / 32 * BlockBytes(wt)
-	c.xRow = n / 32 * BlockBytesQ8_0
-	c.w = randWeights(r, wt, rows*n/32, 0.02, false)
-	c.xq = q0tActs(r, "normal", T, n, c.xRow)
+	wb, xb, _ := q0tFormat(wt)
+	c.rowBytes = n / 32 * wb
+	c.xRow = n / 32 * xb
+	if wt == Q8_0 || wt == Q4_0 {
+		c.w = randWeights(r, wt, rows*n/32, 0.02, false)
+		c.xq = q0tActs(r, "normal", T, n, c.xRow)
+	} else {
+		c.w = q0tExtWeights(r, wt, "normal", rows, n)
+		c.xq = q0tExtActs(r, wt, "normal", T, n, c.xRow)
+	}
 	c.y = make([]float32, T*rows)
 	return c
 }
@@ -43,7 +49,7 @@ func (c *q0tBenchCase) tile() {
 }
 
 func (c *q0tBenchCase) dotLoop() {
-	dot := kernelFor(c.wt)
+	dot := q0tExtDot(c.wt, c.T)
 	for t0 := 0; t0 < c.T; t0 += 32 {
 		t1 := min(c.T, t0+32)
 		for r := 0; r < c.rows; r++ {
@@ -54,6 +60,9 @@ func (c *q0tBenchCase) dotLoop() {
 		}
 	}
 }
+
+// hasRowVec reports whether rowVec applies (Q8_0 and Q4_0 only).
+func (c *q0tBenchCase) hasRowVec() bool { return c.wt == Q8_0 || c.wt == Q4_0 }
 
 // rowVec is the per-row MatVec assembly loop that MatVec used before MatMulQ0.
 func (c *q0tBenchCase) rowVec() {
@@ -75,20 +84,27 @@ func (c *q0tBenchCase) rowVec() {
 	}
 }
 
+// q0tBenchTypes are the weight types benchmarked (TQ_TUNE_Q0TYPES=ext limits the tune run
+// to the extension types).
+var q0tBenchTypes = []Type{Q8_0, Q4_0, q0tQ5_0, q0tIQ4_NL, q0tQ4_1, q0tQ5_1}
+
 var q0tBenchShapes = [][3]int{{2048, 2048, 1}, {5632, 2048, 1}, {2048, 2048, 128}, {5632, 2048, 128}}
 
 func BenchmarkMatMulQ0(b *testing.B) {
 	if !HasAsm() {
 		b.Skip("no assembly kernels on this machine/build")
 	}
-	for _, wt := range []Type{Q8_0, Q4_0} {
+	for _, wt := range q0tBenchTypes {
 		for _, sh := range q0tBenchShapes {
 			c := newQ0tBenchCase(wt, sh[0], sh[1], sh[2])
 			for _, m := range []struct {
 				name string
 				f    func()
 			}{{"tile", c.tile}, {"dotloop", c.dotLoop}, {"rowvec", c.rowVec}} {
-				b.Run(fmt.Sprintf("%v/%dx%d/T=%d/%s", wt, sh[0], sh[1], sh[2], m.name), func(b *testing.B) {
+				if m.name == "rowvec" && !c.hasRowVec() {
+					continue
+				}
+				b.Run(fmt.Sprintf("%v/%dx%d/T=%d/%s", q0tName(wt), sh[0], sh[1], sh[2], m.name), func(b *testing.B) {
 					b.SetBytes(int64(len(c.w)))
 					for i := 0; i < b.N; i++ {
 						m.f()
@@ -105,12 +121,22 @@ func TestQ0TileTune(t *testing.T) {
 	if os.Getenv("TQ_TUNE") == "" || !HasAsm() {
 		t.Skip("set TQ_TUNE=1 (on a machine with the assembly kernels) to print thread-CPU timings")
 	}
-	for _, wt := range []Type{Q8_0, Q4_0} {
+	types := q0tBenchTypes
+	if os.Getenv("TQ_TUNE_Q0TYPES") == "ext" {
+		types = types[2:]
+	}
+	for _, wt := range types {
 		for _, sh := range q0tBenchShapes {
 			c := newQ0tBenchCase(wt, sh[0], sh[1], sh[2])
 			reps := 20
 			if c.T > 1 {
 				reps = 1
+			}
+			if !c.hasRowVec() {
+				ns := minCPUNs(7, reps, c.tile, c.dotLoop)
+				t.Logf("%v %5d×%d T=%3d: tile %8.3f ms (%.2f ns per block pair); dotloop/tile %.2f×",
+					q0tName(wt), sh[0], sh[1], sh[2], ns[0]/1e6, ns[0]/float64(sh[0]*sh[1]/32*sh[2]), ns[1]/ns[0])
+				continue
 			}
 			ns := minCPUNs(7, reps, c.tile, c.dotLoop, c.rowVec)
 			t.Logf("%v %5d×%d T=%3d: tile %8.3f ms (%.2f ns per block pair); dotloop/tile %.2f×, rowvec/tile %.2f×",

@@ -1,7 +1,9 @@
 //go:build ignore
 
 // q0tile_gen.go writes q0tile_amd64.s and q0tile_kern_amd64.go: the register-tiled
-// Q8_0·Q8_0 and Q4_0·Q8_0 micro-kernels behind MatMulQ0. Run with
+// Q8_0·Q8_0 and Q4_0·Q8_0 micro-kernels behind MatMulQ0, and (T ≥ 2 tiles only) those of
+// Q5_0·Q8_0, IQ4_NL·Q8_0 (tinyBLAS order), Q4_1·Q8_1 and Q5_1·Q8_1 (see extBody, prodM).
+// Run with
 //
 //	go run q0tile_gen.go
 //
@@ -31,7 +33,9 @@ var shapes = [][2]int{
 
 type gen struct {
 	b          bytes.Buffer
-	q4         bool
+	q4         bool   // Q4_0 (kind "q4")
+	kind       string // "q8", "q4", "q50", "iq4", "q41", "q51"
+	u          string // iq4 without |x| registers: register that loads |x| from the stack
 	R, C       int
 	acc        []string // acc[r*C+t]
 	A, T, S    string   // |w| (Q8) or nibbles (Q4); temporary; broadcast scale
@@ -72,6 +76,17 @@ func xAddr(t, off int) string {
 	return fmt.Sprintf("%d(DI)(R12*2)", off)
 }
 
+// kname is the kernel name of kind k (q8/q4 use name).
+func kname(k string, R, C int) string {
+	switch k {
+	case "q8":
+		return name(false, R, C)
+	case "q4":
+		return name(true, R, C)
+	}
+	return fmt.Sprintf("q0t%sR%dC%d", map[string]string{"q50": "Q50", "iq4": "I4", "q41": "Q41", "q51": "Q51"}[k], R, C)
+}
+
 func name(q4 bool, R, C int) string {
 	if C == 0 { // decode variant
 		if q4 {
@@ -86,6 +101,12 @@ func name(q4 bool, R, C int) string {
 }
 
 func (g *gen) alloc() {
+	if g.kind == "" {
+		g.kind = "q8"
+		if g.q4 {
+			g.kind = "q4"
+		}
+	}
 	n := 0
 	next := func() string { s := fmt.Sprintf("Y%d", n); n++; return s }
 	for i := 0; i < g.R*g.C; i++ {
@@ -96,7 +117,28 @@ func (g *gen) alloc() {
 	if free() >= 1 {
 		g.ones = next()
 	}
-	if g.q4 {
+	if g.kind == "iq4" {
+		if free() >= g.C {
+			for t := 0; t < g.C; t++ {
+				g.cr = append(g.cr, next())
+			}
+		} else {
+			// |x| from the stack needs a register (the unsigned operand of VPMADDUBSW).
+			if g.ones != "" {
+				g.u, g.ones = g.ones, ""
+			} else {
+				g.u = next()
+			}
+		}
+		if g.cr == nil {
+			g.frameBytes = 32 * g.C
+		}
+		return
+	}
+	if g.kind == "q41" || g.kind == "q51" {
+		return
+	}
+	if g.q4 || g.kind == "q50" {
 		if free() >= g.C {
 			for t := 0; t < g.C; t++ {
 				g.cr = append(g.cr, next())
@@ -108,7 +150,7 @@ func (g *gen) alloc() {
 		}
 	}
 	// Stack: scale products (32 bytes per token), then the Q4 8·x sums if not in registers.
-	if g.q4 && g.cr == nil {
+	if (g.q4 || g.kind == "q50") && g.cr == nil {
 		g.frameBytes = 32 * g.C
 	}
 }
@@ -117,16 +159,17 @@ func (g *gen) onesOp() string {
 	if g.ones != "" {
 		return g.ones
 	}
-	return "q0tone16<>(SB)"
+	return "q0tones<>(SB)"
 }
 
 func (g *gen) kernel() {
 	R, C := g.R, g.C
-	wb := 34
-	if g.q4 {
-		wb = 18
+	wb := map[string]int{"q8": 34, "q4": 18, "q50": 22, "iq4": 18, "q41": 20, "q51": 24}[g.kind]
+	xb, xo := 34, 2 // activation block bytes and quant offset (Q8_0, or Q8_1)
+	if g.kind == "q41" || g.kind == "q51" {
+		xb, xo = 36, 4
 	}
-	nm := name(g.q4, R, C)
+	nm := kname(g.kind, R, C)
 	if g.dec {
 		nm = name(g.q4, R, 0)
 	}
@@ -158,7 +201,9 @@ func (g *gen) kernel() {
 	lbl := nm + "loop"
 	fmt.Fprintf(&g.b, "%s:\n", lbl)
 
-	if g.q4 {
+	if g.kind != "q8" && g.kind != "q4" {
+		g.extBody(xo)
+	} else if g.q4 {
 		// Per token: the int16 pair sums of 8·x, subtracted from nibble·x below.
 		for t := 0; t < C; t++ {
 			dst := g.T
@@ -207,7 +252,7 @@ func (g *gen) kernel() {
 	if R > 4 {
 		g.p("ADDQ $%d, R11", wb)
 	}
-	g.p("ADDQ $34, DI")
+	g.p("ADDQ $%d, DI", xb)
 	if g.dec {
 		g.p("ADDQ $4, DX")
 		if R > 4 {
@@ -234,6 +279,10 @@ func (g *gen) kernel() {
 			g.p("VADDPS %s, %s, %s", x(g.S), x(g.T), x(g.S))
 			g.p("VMOVSHDUP %s, %s", x(g.S), x(g.A))
 			g.p("VADDSS %s, %s, %s", x(g.A), x(g.S), x(g.A))
+			if g.kind == "q41" || g.kind == "q51" {
+				// + summs, stored by q0tProdM right after the nb·R·C scale products.
+				g.p("VADDSS %d(DX), %s, %s", 4*(t*R+r), x(g.A), x(g.A))
+			}
 			g.p("VMOVSS %s, %d(AX)", x(g.A), 4*r)
 		}
 		if t+1 < C {
@@ -377,6 +426,152 @@ func prodRow(b *bytes.Buffer) {
 	b.Write(g.b.Bytes())
 }
 
+// extBody writes one block step of the Q5_0, IQ4_NL, Q4_1 and Q5_1 kernels (activation
+// quants at xo within each block). Per weight row the 32 weights are decoded once into A
+// (T as scratch), then combined with every token's quants:
+//
+//	q50: u = nibble | h·16 in [0, 31] (unsigned); u·x − 16·x pair sums, as q4 does with 8;
+//	iq4: q = codebook[nibble] (signed); |x|·(sign(x)·q), exact for every activation byte;
+//	q41, q51: u = nibble (| h·16) unsigned; u·x pair sums (the offsets enter via summs).
+//
+// All pair sums fit int16 exactly, so the int32 lanes equal those of the one-row kernels.
+func (g *gen) extBody(xo int) {
+	R, C := g.R, g.C
+	qs := map[string]int{"q50": 6, "iq4": 2, "q41": 4, "q51": 8}[g.kind]
+	qh := map[string]int{"q50": 2, "q51": 4}[g.kind]
+	// Per-token preparation: 16·x pair sums (q50) or |x| (iq4).
+	for t := 0; t < C; t++ {
+		switch g.kind {
+		case "q50":
+			dst := g.T
+			if g.cr != nil {
+				dst = g.cr[t]
+			}
+			g.p("VPBROADCASTB q0tsixteen<>(SB), %s", dst)
+			g.p("VPMADDUBSW %s, %s, %s", xAddr(t, xo), dst, dst)
+			if g.cr == nil {
+				g.p("VMOVDQU %s, %d(SP)", dst, 32*t)
+			}
+		case "iq4":
+			dst := g.T
+			if g.cr != nil {
+				dst = g.cr[t]
+			}
+			g.p("VPABSB %s, %s", xAddr(t, xo), dst)
+			if g.cr == nil {
+				g.p("VMOVDQU %s, %d(SP)", dst, 32*t)
+			}
+		}
+	}
+	for r := 0; r < R; r++ {
+		g.p("VBROADCASTI128 %s, %s", wAddr(r, qs), g.A)
+		g.p("VPSRLVQ q0thishift<>(SB), %s, %s", g.A, g.A)
+		g.p("VPAND q0tnib<>(SB), %s, %s", g.A, g.A)
+		switch g.kind {
+		case "q50", "q51":
+			g.p("VPBROADCASTD %s, %s", wAddr(r, qh), g.T)
+			g.p("VPSHUFB q0tbshuf<>(SB), %s, %s", g.T, g.T)
+			g.p("VPAND q0tbit<>(SB), %s, %s", g.T, g.T)
+			g.p("VPCMPEQB q0tbit<>(SB), %s, %s", g.T, g.T)
+			g.p("VPAND q0thbit<>(SB), %s, %s", g.T, g.T)
+			g.p("VPOR %s, %s, %s", g.T, g.A, g.A)
+		case "iq4":
+			g.p("VBROADCASTI128 q0tiq4nl<>(SB), %s", g.T)
+			g.p("VPSHUFB %s, %s, %s", g.A, g.T, g.A)
+		}
+		for t := 0; t < C; t++ {
+			switch g.kind {
+			case "q50":
+				g.p("VPMADDUBSW %s, %s, %s", xAddr(t, xo), g.A, g.T)
+				if g.cr != nil {
+					g.p("VPSUBW %s, %s, %s", g.cr[t], g.T, g.T)
+				} else {
+					g.p("VPSUBW %d(SP), %s, %s", 32*t, g.T, g.T)
+				}
+			case "iq4":
+				g.p("VPSIGNB %s, %s, %s", xAddr(t, xo), g.A, g.T)
+				ax := g.u
+				if g.cr != nil {
+					ax = g.cr[t]
+				} else {
+					g.p("VMOVDQU %d(SP), %s", 32*t, ax)
+				}
+				g.p("VPMADDUBSW %s, %s, %s", g.T, ax, g.T)
+			default:
+				g.p("VPMADDUBSW %s, %s, %s", xAddr(t, xo), g.A, g.T)
+			}
+			g.pairTail(r, t)
+		}
+	}
+}
+
+// prodM writes q0tProdMR{R}C{C} for Q4_1/Q5_1 weights (wb bytes per block, fp16 d at 0,
+// fp16 m at 2) and Q8_1 activation scales xd (d) and xsum (s), both xsStride floats per
+// block: p[(b·C + t)·R + r] = d_w·d_x as q0tProd does, and after the nb·R·C products the
+// R·C sums summs[t·R + r] = fma(m_w, s_x, summs) over the blocks in order, from 0 (as
+// dot_q0x_amd64.s's MSCALE accumulates them; m_w·s_x is exact in float32).
+func prodM(b *bytes.Buffer, R, C int) {
+	g := &gen{R: R}
+	nm := fmt.Sprintf("q0tProdMR%dC%d", R, C)
+	fmt.Fprintf(b, "// func %s(w *byte, rowBytes int, wb int, xd *float32, xsum *float32, xsStride int, nb int, p *float32)\n", nm)
+	fmt.Fprintf(b, "TEXT ·%s(SB), NOSPLIT, $0-64\n", nm)
+	g.p("MOVQ w+0(FP), SI")
+	g.p("MOVQ rowBytes+8(FP), R9")
+	g.p("LEAQ (R9)(R9*2), R10")
+	g.p("MOVQ wb+16(FP), R12")
+	g.p("MOVQ xd+24(FP), DX")
+	g.p("MOVQ xsum+32(FP), R14")
+	g.p("MOVQ xsStride+40(FP), R8")
+	g.p("SHLQ $2, R8")
+	g.p("MOVQ nb+48(FP), CX")
+	g.p("MOVQ p+56(FP), DI")
+	for t := 0; t < C; t++ {
+		g.p("VXORPS X%d, X%d, X%d", 8+t, 8+t, 8+t)
+	}
+	fmt.Fprintf(&g.b, "%sloop:\n", nm)
+	for k, off := range []int{0, 2} {
+		g.p("MOVWLZX %s, AX", wAddr(R-1, off))
+		for r := R - 2; r >= 0; r-- {
+			g.p("SHLQ $16, AX")
+			g.p("MOVWLZX %s, BX", wAddr(r, off))
+			g.p("ORQ BX, AX")
+		}
+		g.p("VMOVQ AX, X%d", k)
+		g.p("VCVTPH2PS X%d, X%d", k, k)
+	}
+	for t := 0; t < C; t++ {
+		if R > 1 {
+			g.p("VBROADCASTSS %d(DX), X5", 4*t)
+			g.p("VMULPS X5, X0, X5")
+			g.p("VMOVUPS X5, %d(DI)", 4*t*R)
+			g.p("VBROADCASTSS %d(R14), X6", 4*t)
+		} else {
+			g.p("VMOVSS %d(DX), X5", 4*t)
+			g.p("VMULSS X5, X0, X5")
+			g.p("VMOVSS X5, %d(DI)", 4*t*R)
+			g.p("VMOVSS %d(R14), X6", 4*t)
+		}
+		g.p("VFMADD231PS X6, X1, X%d", 8+t)
+	}
+	g.p("ADDQ R12, SI")
+	g.p("ADDQ R8, DX")
+	g.p("ADDQ R8, R14")
+	g.p("ADDQ $%d, DI", 4*R*C)
+	g.p("DECQ CX")
+	g.p("JNZ %sloop", nm)
+	for t := 0; t < C; t++ {
+		if R > 1 {
+			g.p("VMOVUPS X%d, %d(DI)", 8+t, 4*t*R)
+		} else {
+			g.p("VMOVSS X%d, %d(DI)", 8+t, 4*t*R)
+		}
+	}
+	g.p("VZEROUPPER")
+	g.p("RET")
+	g.b.WriteString("\n")
+	b.Write(g.b.Bytes())
+}
+
 func (g *gen) pairTail(r, t int) {
 	g.p("VPMADDWD %s, %s, %s", g.onesOp(), g.T, g.T)
 	g.p("VCVTDQ2PS %s, %s", g.T, g.T)
@@ -399,8 +594,9 @@ const header = `// Code generated by q0tile_gen.go; DO NOT EDIT.
 
 #include "textflag.h"
 
-// Register-tiled Q8_0·Q8_0 and Q4_0·Q8_0 products (see q0tile_gen.go and q0tile.go).
-// Every output follows dotQ8_0Q8_0AVX2 / dotQ4_0Q8_0AVX2 operation for operation.
+// Register-tiled Q8_0·Q8_0, Q4_0·Q8_0, Q5_0·Q8_0, IQ4_NL·Q8_0, Q4_1·Q8_1 and Q5_1·Q8_1
+// products (see q0tile_gen.go and q0tile.go). Every output follows its one-row kernel
+// (dotq_amd64.s, dot_q0x_amd64.s) in the float operations and their order.
 
 DATA q0tone16<>+0(SB)/2, $1
 GLOBL q0tone16<>(SB), RODATA|NOPTR, $2
@@ -420,6 +616,42 @@ DATA q0thishift<>+8(SB)/8, $0
 DATA q0thishift<>+16(SB)/8, $4
 DATA q0thishift<>+24(SB)/8, $4
 GLOBL q0thishift<>(SB), RODATA|NOPTR, $32
+
+// int16 ones (VPMADDWD's memory operand when no register holds them).
+DATA q0tones<>+0(SB)/8, $0x0001000100010001
+DATA q0tones<>+8(SB)/8, $0x0001000100010001
+DATA q0tones<>+16(SB)/8, $0x0001000100010001
+DATA q0tones<>+24(SB)/8, $0x0001000100010001
+GLOBL q0tones<>(SB), RODATA|NOPTR, $32
+
+DATA q0tsixteen<>+0(SB)/1, $0x10
+GLOBL q0tsixteen<>(SB), RODATA|NOPTR, $1
+
+// 0x10 in every byte: the fifth weight bit of Q5_0/Q5_1.
+DATA q0thbit<>+0(SB)/8, $0x1010101010101010
+DATA q0thbit<>+8(SB)/8, $0x1010101010101010
+DATA q0thbit<>+16(SB)/8, $0x1010101010101010
+DATA q0thbit<>+24(SB)/8, $0x1010101010101010
+GLOBL q0thbit<>(SB), RODATA|NOPTR, $32
+
+// VPSHUFB mask spreading the 4 bytes of a broadcast dword: byte i takes byte i/8.
+DATA q0tbshuf<>+0(SB)/8, $0x0000000000000000
+DATA q0tbshuf<>+8(SB)/8, $0x0101010101010101
+DATA q0tbshuf<>+16(SB)/8, $0x0202020202020202
+DATA q0tbshuf<>+24(SB)/8, $0x0303030303030303
+GLOBL q0tbshuf<>(SB), RODATA|NOPTR, $32
+
+// Byte i: 1 << (i mod 8).
+DATA q0tbit<>+0(SB)/8, $0x8040201008040201
+DATA q0tbit<>+8(SB)/8, $0x8040201008040201
+DATA q0tbit<>+16(SB)/8, $0x8040201008040201
+DATA q0tbit<>+24(SB)/8, $0x8040201008040201
+GLOBL q0tbit<>(SB), RODATA|NOPTR, $32
+
+// ggml's IQ4_NL codebook (kvalues_iq4nl) as 16 int8.
+DATA q0tiq4nl<>+0(SB)/8, $0xf6eaddcfbfad9881
+DATA q0tiq4nl<>+8(SB)/8, $0x7159453526190d01
+GLOBL q0tiq4nl<>(SB), RODATA|NOPTR, $16
 
 `
 
@@ -498,6 +730,45 @@ func main() {
 		}
 		d.WriteString("\tdefault:\n\t\treturn false\n\t}\n\treturn true\n}\n\n")
 	}
+	// Q5_0, IQ4_NL, Q4_1, Q5_1 tiles (T ≥ 2 only) and the Q4_1/Q5_1 scale kernels.
+	exts := []struct{ kind, fn string }{{"q50", "Q50"}, {"iq4", "IQ4"}, {"q41", "Q41"}, {"q51", "Q51"}}
+	for _, e := range exts {
+		for _, sh := range shapes {
+			if sh[0] > 4 {
+				continue
+			}
+			g := &gen{kind: e.kind, R: sh[0], C: sh[1]}
+			g.alloc()
+			g.kernel()
+			s.Write(g.b.Bytes())
+			fmt.Fprintf(&d, "//go:noescape\nfunc %s(w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int)\n\n", kname(e.kind, sh[0], sh[1]))
+		}
+		fmt.Fprintf(&d, "// q0tile%s runs the generated %s kernel of shape R×C; it reports false for a shape that was not generated.\n", e.fn, e.kind)
+		fmt.Fprintf(&d, "func q0tile%s(R, C int, w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int) bool {\n\tswitch R<<8 | C {\n", e.fn)
+		for _, sh := range shapes {
+			if sh[0] > 4 {
+				continue
+			}
+			fmt.Fprintf(&d, "\tcase %d<<8 | %d:\n\t\t%s(w, rowBytes, x, xRowBytes, p, nb, y, ldy)\n", sh[0], sh[1], kname(e.kind, sh[0], sh[1]))
+		}
+		d.WriteString("\tdefault:\n\t\treturn false\n\t}\n\treturn true\n}\n\n")
+	}
+	var pm []string
+	for _, sh := range shapes {
+		if sh[0] > 4 {
+			continue
+		}
+		prodM(&s, sh[0], sh[1])
+		nm := fmt.Sprintf("q0tProdMR%dC%d", sh[0], sh[1])
+		fmt.Fprintf(&d, "//go:noescape\nfunc %s(w *byte, rowBytes int, wb int, xd *float32, xsum *float32, xsStride int, nb int, p *float32)\n\n", nm)
+		pm = append(pm, fmt.Sprintf("\tcase %d<<8 | %d:\n\t\t%s(w, rowBytes, wb, xd, xsum, xsStride, nb, p)\n", sh[0], sh[1], nm))
+	}
+	d.WriteString("// q0tProdM runs the generated Q4_1/Q5_1 scale kernel of shape R×C; it reports false for a shape that was not generated.\n")
+	d.WriteString("func q0tProdM(R, C int, w *byte, rowBytes int, wb int, xd *float32, xsum *float32, xsStride int, nb int, p *float32) bool {\n\tswitch R<<8 | C {\n")
+	for _, c := range pm {
+		d.WriteString(c)
+	}
+	d.WriteString("\tdefault:\n\t\treturn false\n\t}\n\treturn true\n}\n\n")
 	src, err := format.Source(d.Bytes())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -166,3 +166,198 @@ func q0tileQ4(R, C int, w *byte, rowBytes int, x *byte, xRowBytes int, p *float3
 	}
 	return true
 }
+
+//go:noescape
+func q0tQ50R1C1(w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int)
+
+//go:noescape
+func q0tQ50R1C2(w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int)
+
+//go:noescape
+func q0tQ50R1C3(w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int)
+
+//go:noescape
+func q0tQ50R4C1(w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int)
+
+//go:noescape
+func q0tQ50R4C2(w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int)
+
+//go:noescape
+func q0tQ50R4C3(w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int)
+
+// q0tileQ50 runs the generated q50 kernel of shape R×C; it reports false for a shape that was not generated.
+func q0tileQ50(R, C int, w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int) bool {
+	switch R<<8 | C {
+	case 1<<8 | 1:
+		q0tQ50R1C1(w, rowBytes, x, xRowBytes, p, nb, y, ldy)
+	case 1<<8 | 2:
+		q0tQ50R1C2(w, rowBytes, x, xRowBytes, p, nb, y, ldy)
+	case 1<<8 | 3:
+		q0tQ50R1C3(w, rowBytes, x, xRowBytes, p, nb, y, ldy)
+	case 4<<8 | 1:
+		q0tQ50R4C1(w, rowBytes, x, xRowBytes, p, nb, y, ldy)
+	case 4<<8 | 2:
+		q0tQ50R4C2(w, rowBytes, x, xRowBytes, p, nb, y, ldy)
+	case 4<<8 | 3:
+		q0tQ50R4C3(w, rowBytes, x, xRowBytes, p, nb, y, ldy)
+	default:
+		return false
+	}
+	return true
+}
+
+//go:noescape
+func q0tI4R1C1(w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int)
+
+//go:noescape
+func q0tI4R1C2(w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int)
+
+//go:noescape
+func q0tI4R1C3(w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int)
+
+//go:noescape
+func q0tI4R4C1(w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int)
+
+//go:noescape
+func q0tI4R4C2(w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int)
+
+//go:noescape
+func q0tI4R4C3(w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int)
+
+// q0tileIQ4 runs the generated iq4 kernel of shape R×C; it reports false for a shape that was not generated.
+func q0tileIQ4(R, C int, w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int) bool {
+	switch R<<8 | C {
+	case 1<<8 | 1:
+		q0tI4R1C1(w, rowBytes, x, xRowBytes, p, nb, y, ldy)
+	case 1<<8 | 2:
+		q0tI4R1C2(w, rowBytes, x, xRowBytes, p, nb, y, ldy)
+	case 1<<8 | 3:
+		q0tI4R1C3(w, rowBytes, x, xRowBytes, p, nb, y, ldy)
+	case 4<<8 | 1:
+		q0tI4R4C1(w, rowBytes, x, xRowBytes, p, nb, y, ldy)
+	case 4<<8 | 2:
+		q0tI4R4C2(w, rowBytes, x, xRowBytes, p, nb, y, ldy)
+	case 4<<8 | 3:
+		q0tI4R4C3(w, rowBytes, x, xRowBytes, p, nb, y, ldy)
+	default:
+		return false
+	}
+	return true
+}
+
+//go:noescape
+func q0tQ41R1C1(w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int)
+
+//go:noescape
+func q0tQ41R1C2(w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int)
+
+//go:noescape
+func q0tQ41R1C3(w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int)
+
+//go:noescape
+func q0tQ41R4C1(w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int)
+
+//go:noescape
+func q0tQ41R4C2(w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int)
+
+//go:noescape
+func q0tQ41R4C3(w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int)
+
+// q0tileQ41 runs the generated q41 kernel of shape R×C; it reports false for a shape that was not generated.
+func q0tileQ41(R, C int, w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int) bool {
+	switch R<<8 | C {
+	case 1<<8 | 1:
+		q0tQ41R1C1(w, rowBytes, x, xRowBytes, p, nb, y, ldy)
+	case 1<<8 | 2:
+		q0tQ41R1C2(w, rowBytes, x, xRowBytes, p, nb, y, ldy)
+	case 1<<8 | 3:
+		q0tQ41R1C3(w, rowBytes, x, xRowBytes, p, nb, y, ldy)
+	case 4<<8 | 1:
+		q0tQ41R4C1(w, rowBytes, x, xRowBytes, p, nb, y, ldy)
+	case 4<<8 | 2:
+		q0tQ41R4C2(w, rowBytes, x, xRowBytes, p, nb, y, ldy)
+	case 4<<8 | 3:
+		q0tQ41R4C3(w, rowBytes, x, xRowBytes, p, nb, y, ldy)
+	default:
+		return false
+	}
+	return true
+}
+
+//go:noescape
+func q0tQ51R1C1(w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int)
+
+//go:noescape
+func q0tQ51R1C2(w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int)
+
+//go:noescape
+func q0tQ51R1C3(w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int)
+
+//go:noescape
+func q0tQ51R4C1(w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int)
+
+//go:noescape
+func q0tQ51R4C2(w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int)
+
+//go:noescape
+func q0tQ51R4C3(w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int)
+
+// q0tileQ51 runs the generated q51 kernel of shape R×C; it reports false for a shape that was not generated.
+func q0tileQ51(R, C int, w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int) bool {
+	switch R<<8 | C {
+	case 1<<8 | 1:
+		q0tQ51R1C1(w, rowBytes, x, xRowBytes, p, nb, y, ldy)
+	case 1<<8 | 2:
+		q0tQ51R1C2(w, rowBytes, x, xRowBytes, p, nb, y, ldy)
+	case 1<<8 | 3:
+		q0tQ51R1C3(w, rowBytes, x, xRowBytes, p, nb, y, ldy)
+	case 4<<8 | 1:
+		q0tQ51R4C1(w, rowBytes, x, xRowBytes, p, nb, y, ldy)
+	case 4<<8 | 2:
+		q0tQ51R4C2(w, rowBytes, x, xRowBytes, p, nb, y, ldy)
+	case 4<<8 | 3:
+		q0tQ51R4C3(w, rowBytes, x, xRowBytes, p, nb, y, ldy)
+	default:
+		return false
+	}
+	return true
+}
+
+//go:noescape
+func q0tProdMR1C1(w *byte, rowBytes int, wb int, xd *float32, xsum *float32, xsStride int, nb int, p *float32)
+
+//go:noescape
+func q0tProdMR1C2(w *byte, rowBytes int, wb int, xd *float32, xsum *float32, xsStride int, nb int, p *float32)
+
+//go:noescape
+func q0tProdMR1C3(w *byte, rowBytes int, wb int, xd *float32, xsum *float32, xsStride int, nb int, p *float32)
+
+//go:noescape
+func q0tProdMR4C1(w *byte, rowBytes int, wb int, xd *float32, xsum *float32, xsStride int, nb int, p *float32)
+
+//go:noescape
+func q0tProdMR4C2(w *byte, rowBytes int, wb int, xd *float32, xsum *float32, xsStride int, nb int, p *float32)
+
+//go:noescape
+func q0tProdMR4C3(w *byte, rowBytes int, wb int, xd *float32, xsum *float32, xsStride int, nb int, p *float32)
+
+// q0tProdM runs the generated Q4_1/Q5_1 scale kernel of shape R×C; it reports false for a shape that was not generated.
+func q0tProdM(R, C int, w *byte, rowBytes int, wb int, xd *float32, xsum *float32, xsStride int, nb int, p *float32) bool {
+	switch R<<8 | C {
+	case 1<<8 | 1:
+		q0tProdMR1C1(w, rowBytes, wb, xd, xsum, xsStride, nb, p)
+	case 1<<8 | 2:
+		q0tProdMR1C2(w, rowBytes, wb, xd, xsum, xsStride, nb, p)
+	case 1<<8 | 3:
+		q0tProdMR1C3(w, rowBytes, wb, xd, xsum, xsStride, nb, p)
+	case 4<<8 | 1:
+		q0tProdMR4C1(w, rowBytes, wb, xd, xsum, xsStride, nb, p)
+	case 4<<8 | 2:
+		q0tProdMR4C2(w, rowBytes, wb, xd, xsum, xsStride, nb, p)
+	case 4<<8 | 3:
+		q0tProdMR4C3(w, rowBytes, wb, xd, xsum, xsStride, nb, p)
+	default:
+		return false
+	}
+	return true
+}

@@ -26,3 +26,23 @@ func q0tDecQ8(R int, w *byte, rowBytes int, x *byte, p *float32, nb int, y *floa
 func q0tDecQ4(R int, w *byte, rowBytes int, x *byte, p *float32, nb int, y *float32) bool {
 	panic(noAsm)
 }
+
+func q0tileQ50(R, C int, w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int) bool {
+	panic(noAsm)
+}
+
+func q0tileIQ4(R, C int, w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int) bool {
+	panic(noAsm)
+}
+
+func q0tileQ41(R, C int, w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int) bool {
+	panic(noAsm)
+}
+
+func q0tileQ51(R, C int, w *byte, rowBytes int, x *byte, xRowBytes int, p *float32, nb int, y *float32, ldy int) bool {
+	panic(noAsm)
+}
+
+func q0tProdM(R, C int, w *byte, rowBytes int, wb int, xd *float32, xsum *float32, xsStride int, nb int, p *float32) bool {
+	panic(noAsm)
+}

@@ -11,6 +11,9 @@ const (
 	F32  Type = 0
 	F16  Type = 1
 	Q4_0 Type = 2
+	Q4_1 Type = 3
+	Q5_0 Type = 6
+	Q5_1 Type = 7
 	Q8_0 Type = 8
 	Q4_K Type = 12
 	Q5_K Type = 13
@@ -53,6 +56,20 @@ func (t Type) String() string {
 		return "q8_K"
 	case BF16:
 		return "bf16"
+	case Q4_1:
+		return "q4_1"
+	case Q5_0:
+		return "q5_0"
+	case Q5_1:
+		return "q5_1"
+	case Q2_K:
+		return "q2_K"
+	case Q3_K:
+		return "q3_K"
+	case IQ4_NL:
+		return "iq4_nl"
+	case IQ4_XS:
+		return "iq4_xs"
 	}
 	return fmt.Sprintf("type(%d)", uint32(t))
 }
