@@ -140,6 +140,19 @@ func (s *Session) matmul(l *linear, e int, x []float32, T int, y []float32) {
 		})
 		return
 	}
+	if rt := l.k.repack; rt != 0 {
+		// MoE expert stacks of a repacked type: ggml's mul_mat_id runs the gemv kernel per
+		// token, whose per-row order MatVecRepack reproduces for several rows at once.
+		w := l.data[e*out*l.rowBytes : (e+1)*out*l.rowBytes]
+		m.pool.run(out, m.pool.chunkFor(out, 16), func(_, lo, hi int) {
+			for t := 0; t < T; t++ {
+				if err := kernels.MatVecRepack(rt, y[t*out:(t+1)*out], w, l.rowBytes, a[t*ab:(t+1)*ab], lo, hi); err != nil {
+					panic(err) // shapes are checked at load
+				}
+			}
+		})
+		return
+	}
 	dot := l.k.dot
 	if T >= 2 && l.nmat == 1 && l.k.batchDot != nil && m.opts.gemmMin >= 0 {
 		dot = l.k.batchDot // llama.cpp's tinyBLAS order for a 2-D matrix over a batch
