@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
 	parser "github.com/gpustack/gguf-parser-go"
@@ -34,14 +33,6 @@ func peakRSS() float64 {
 }
 
 func resetPeakRSS() { os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
-
-// cpuSeconds is the process's user+system CPU time: on a shared, oversubscribed machine
-// it is a steadier cost measure than wall time.
-func cpuSeconds() float64 {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
-}
 
 // sparseModel writes a header shaped like a 7B-class model (Qwen2-sized vocab and
 // merges, 28 layers × 11 tensors) whose data section (~4.3 GB of Q8_0/F32) is a hole.
