@@ -256,6 +256,10 @@ func TestGPUEmulatedSessions(t *testing.T) {
 	}
 	defer cpu.Close()
 	cs, _ := cpu.NewSession()
+	// every block is on the device: no host KV cache (the CPU model's holds both layers)
+	if s1.KVBytes() != 0 || cs.KVBytes() == 0 {
+		t.Errorf("host KV bytes: all-GPU session %d, CPU session %d", s1.KVBytes(), cs.KVBytes())
+	}
 	want, err := cs.Eval(toks, LogitsAll)
 	if err != nil {
 		t.Fatal(err)

@@ -50,7 +50,9 @@ func typeRowBytes(t gguf.GGMLType, n int) int {
 	return n / tr.BlockSize * tr.TypeSize
 }
 
-func newKVCache(c *Config, ctx int, tk, tv gguf.GGMLType) (*kvCache, error) {
+// newKVCache allocates the host cache of layers [0, cpuLayers); later layers run on the GPU
+// and keep their cache in device memory (gpu_session.go).
+func newKVCache(c *Config, ctx int, tk, tv gguf.GGMLType, cpuLayers int) (*kvCache, error) {
 	for _, t := range []gguf.GGMLType{tk, tv} {
 		tr, ok := t.Traits()
 		if !ok || c.HeadDim%tr.BlockSize != 0 {
@@ -82,6 +84,9 @@ func newKVCache(c *Config, ctx int, tk, tv gguf.GGMLType) (*kvCache, error) {
 	for i := range kv.k {
 		if c.Hybrid != nil && i < len(c.Hybrid.Linear) && c.Hybrid.Linear[i] {
 			continue // Gated DeltaNet layers keep a recurrent state instead
+		}
+		if i >= cpuLayers {
+			continue // a GPU layer: its cache lives on the device
 		}
 		// []float32 backing keeps the rows 4-byte aligned
 		kv.k[i] = f32Bytes(make([]float32, (ctx*kv.kRow+3)/4))[:ctx*kv.kRow]

@@ -40,7 +40,7 @@ type Session struct {
 
 // NewSession allocates a KV cache of the model's context size.
 func (m *Model) NewSession() (*Session, error) {
-	kv, err := newKVCache(m.cfg, m.opts.CtxSize, m.tk, m.tv)
+	kv, err := newKVCache(m.cfg, m.opts.CtxSize, m.tk, m.tv, m.GPUPlacement().First)
 	if err != nil {
 		return nil, fmt.Errorf("infer: %w", err)
 	}
@@ -61,7 +61,8 @@ func (s *Session) Pos() int { return s.pos }
 // CtxSize is the KV cache capacity in tokens.
 func (s *Session) CtxSize() int { return s.kv.ctx }
 
-// KVBytes is the memory the KV cache holds.
+// KVBytes is the host memory the KV cache holds (the cache of GPU layers is in device memory
+// and not counted).
 func (s *Session) KVBytes() int64 { return s.kv.bytes() }
 
 // Reset empties the KV cache.
