@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/internal/imatrix"
 )
 
 // llama.cpp importance-matrix interchange (facts doc §3.2; tools/imatrix/imatrix.cpp,
@@ -218,32 +218,18 @@ type ImportOptions struct {
 }
 
 // LoadIMatrix reads a llama.cpp importance matrix (GGUF, or legacy .dat when the file is not
-// GGUF) into statistics: SumSq from in_sum2 (or mean·count for .dat), Counts from counts,
-// MaxAbs unknown (NaN).
+// GGUF; parsed by internal/imatrix) into statistics: SumSq from in_sum2 (or mean·count for
+// .dat), Counts from counts, MaxAbs unknown (NaN).
 func LoadIMatrix(path string, o *ImportOptions) (*Stats, error) {
-	f, err := os.Open(path)
+	f, err := imatrix.Load(path)
 	if err != nil {
-		return nil, fmt.Errorf("calib: imatrix: %w", err)
+		return nil, fmt.Errorf("calib: %w", err)
 	}
-	var magic [4]byte
-	_, err = io.ReadFull(f, magic[:])
-	f.Close()
 	var s *Stats
-	if err == nil && string(magic[:]) == gguf.Magic {
-		s, err = loadIMatrixGGUF(path)
+	if f.Legacy {
+		s, err = statsFromDat(f, o)
 	} else {
-		var b []byte
-		fi, serr := os.Stat(path)
-		if serr != nil {
-			return nil, fmt.Errorf("calib: imatrix: %w", serr)
-		}
-		if fi.Size() > 4<<30 {
-			return nil, fmt.Errorf("calib: imatrix %s: %d bytes is too large for a legacy imatrix", path, fi.Size())
-		}
-		if b, err = os.ReadFile(path); err != nil {
-			return nil, fmt.Errorf("calib: imatrix: %w", err)
-		}
-		s, err = ParseIMatrixDat(b, o)
+		s, err = statsFromGGUF(f)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("calib: imatrix %s: %w", path, err)
@@ -260,82 +246,39 @@ func unknownMax(n int) []float32 {
 	return m
 }
 
-func loadIMatrixGGUF(path string) (*Stats, error) {
-	m, err := gguf.Open(path)
-	if err != nil {
-		return nil, err
+// checkName applies the statistics file's name limit to an imported entry.
+func checkName(name string) error {
+	if len(name) > maxStatsNameLen {
+		return fmt.Errorf("entry name of %d bytes is longer than %d", len(name), maxStatsNameLen)
 	}
-	defer m.Close()
-	md := m.Metadata()
-	if t, err := md.GetString("general.type"); err == nil && t != "imatrix" {
-		return nil, fmt.Errorf("general.type is %q, not \"imatrix\"", t)
-	}
+	return nil
+}
+
+func statsFromGGUF(f *imatrix.File) (*Stats, error) {
 	s := NewStats()
-	if ds, err := md.GetStringArray("imatrix.datasets"); err == nil {
-		s.Meta.Datasets = append([]string(nil), ds...)
+	if f.HasDatasets {
+		s.Meta.Datasets = f.Datasets
 	}
-	readF32 := func(t gguf.ModelTensor) ([]float32, error) {
-		if t.Type != gguf.TypeF32 {
-			return nil, fmt.Errorf("tensor %s has type %s, want f32", t.Name, t.Type)
-		}
-		b, err := m.TensorData(t.Name)
-		if err != nil {
+	if len(f.Entries) > maxStatsTensors {
+		return nil, fmt.Errorf("%d entries is too many", len(f.Entries))
+	}
+	for _, e := range f.Entries {
+		if err := checkName(e.Name); err != nil {
 			return nil, err
 		}
-		out := make([]float32, len(b)/4)
-		for i := range out {
-			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+		if len(e.Counts) > maxStatsMat {
+			return nil, fmt.Errorf("entry %s: %d matrices is too many", e.Name, len(e.Counts))
 		}
-		return out, nil
-	}
-	byName := map[string]gguf.ModelTensor{}
-	for _, t := range m.Tensors() {
-		byName[t.Name] = t
-	}
-	for _, t := range m.Tensors() {
-		name, ok := strings.CutSuffix(t.Name, ".in_sum2")
-		if !ok {
-			if base, ok := strings.CutSuffix(t.Name, ".counts"); ok {
-				if _, ok := byName[base+".in_sum2"]; !ok {
-					return nil, fmt.Errorf("%s has no matching %s.in_sum2", t.Name, base)
-				}
-			}
-			continue
-		}
-		ct, ok := byName[name+".counts"]
-		if !ok {
-			return nil, fmt.Errorf("%s has no matching %s.counts", t.Name, name)
-		}
-		sums, err := readF32(t)
-		if err != nil {
-			return nil, err
-		}
-		counts, err := readF32(ct)
-		if err != nil {
-			return nil, err
-		}
-		if len(counts) == 0 || len(sums) == 0 || len(sums)%len(counts) != 0 || len(counts) > maxStatsMat {
-			return nil, fmt.Errorf("entry %s: %d sums do not split into %d matrices", name, len(sums), len(counts))
-		}
-		ts := &TensorStats{Name: name, NMat: len(counts), Cols: len(sums) / len(counts),
-			Counts: make([]int64, len(counts)), SumSq: make([]float64, len(sums)),
-			MaxAbs: unknownMax(len(sums)), Synthetic: make([]bool, len(counts))}
-		for j, c := range counts {
-			if !(c >= 0) || c > 1e18 {
-				return nil, fmt.Errorf("entry %s: bad count %v for matrix %d", name, c, j)
-			}
+		ts := &TensorStats{Name: e.Name, NMat: len(e.Counts), Cols: len(e.Sums) / len(e.Counts),
+			Counts: make([]int64, len(e.Counts)), SumSq: make([]float64, len(e.Sums)),
+			MaxAbs: unknownMax(len(e.Sums)), Synthetic: make([]bool, len(e.Counts))}
+		for j, c := range e.Counts {
 			ts.Counts[j] = int64(math.Round(float64(c)))
 		}
-		for i, v := range sums {
-			if !(v >= 0) || math.IsInf(float64(v), 1) {
-				return nil, fmt.Errorf("entry %s: sum of squares %d is %v", name, i, v)
-			}
+		for i, v := range e.Sums {
 			ts.SumSq[i] = float64(v)
 		}
-		s.Tensors[name] = ts
-	}
-	if len(s.Tensors) == 0 {
-		return nil, fmt.Errorf("no *.in_sum2 tensors")
+		s.Tensors[e.Name] = ts
 	}
 	return s, nil
 }
@@ -344,115 +287,47 @@ func loadIMatrixGGUF(path string) (*Stats, error) {
 // are ncall · chunk size and sums of squares value · chunk size (value = mean · ncall), so
 // means are preserved exactly as llama-quantize computes them (value / ncall).
 func ParseIMatrixDat(b []byte, o *ImportOptions) (*Stats, error) {
-	r := bytes.NewReader(b)
-	bad := func(format string, a ...any) error {
-		return fmt.Errorf("offset %d: %s", len(b)-r.Len(), fmt.Sprintf(format, a...))
-	}
-	i32 := func(what string) (int32, error) {
-		var v int32
-		if err := binary.Read(r, binary.LittleEndian, &v); err != nil {
-			return 0, bad("truncated %s", what)
-		}
-		return v, nil
-	}
-	n, err := i32("entry count")
+	f, err := imatrix.ParseDat(b)
 	if err != nil {
 		return nil, err
 	}
-	if n < 1 || n > maxStatsTensors {
-		return nil, bad("entry count %d out of range", n)
-	}
-	type raw struct {
-		name  string
-		ncall int32
-		vals  []float32
-	}
-	var entries []raw
-	for i := int32(0); i < n; i++ {
-		nl, err := i32("name length")
-		if err != nil {
-			return nil, err
-		}
-		if nl <= 0 || nl > maxStatsNameLen || int(nl) > r.Len() {
-			return nil, bad("entry %d: name length %d out of range", i, nl)
-		}
-		nb := make([]byte, nl)
-		io.ReadFull(r, nb)
-		name := string(nb)
-		ncall, err := i32("ncall of " + name)
-		if err != nil {
-			return nil, err
-		}
-		if ncall < 0 {
-			return nil, bad("entry %s: negative ncall %d", name, ncall)
-		}
-		nval, err := i32("nval of " + name)
-		if err != nil {
-			return nil, err
-		}
-		if nval <= 0 || int64(nval)*4 > int64(r.Len()) {
-			return nil, bad("entry %s: %d values do not fit the file", name, nval)
-		}
-		vals := make([]float32, nval)
-		if err := binary.Read(r, binary.LittleEndian, vals); err != nil {
-			return nil, bad("entry %s: truncated values", name)
-		}
-		for j, v := range vals {
-			if !(v >= 0) || math.IsInf(float64(v), 1) {
-				return nil, bad("entry %s: value %d is %v", name, j, v)
-			}
-		}
-		entries = append(entries, raw{name, ncall, vals})
-	}
+	return statsFromDat(f, o)
+}
+
+func statsFromDat(f *imatrix.File, o *ImportOptions) (*Stats, error) {
 	s := NewStats()
-	if r.Len() >= 4 {
-		lc, _ := i32("chunk count")
-		_ = lc
-		if r.Len() >= 4 {
-			dl, _ := i32("dataset length")
-			if dl < 0 || int(dl) > r.Len() {
-				return nil, bad("dataset name length %d out of range", dl)
-			}
-			db := make([]byte, dl)
-			io.ReadFull(r, db)
-			if dl > 0 {
-				s.Meta.Datasets = []string{string(db)}
-			}
-		}
+	if f.HasDatasets {
+		s.Meta.Datasets = f.Datasets
 	}
 	cs := 512
 	if o != nil && o.ChunkSize > 0 {
 		cs = o.ChunkSize
 	}
-	for _, e := range entries {
-		if _, dup := s.Tensors[e.name]; dup {
-			return nil, fmt.Errorf("duplicate entry %s", e.name)
+	for _, e := range f.Entries {
+		if err := checkName(e.Name); err != nil {
+			return nil, err
 		}
-		cols, nmat := len(e.vals), 1
+		cols, nmat := len(e.Sums), 1
 		if o != nil && o.Shape != nil {
-			if c, m, ok := o.Shape(e.name); ok && c > 0 && m > 0 && c*m == len(e.vals) {
+			if c, m, ok := o.Shape(e.Name); ok && c > 0 && m > 0 && c*m == len(e.Sums) {
 				cols, nmat = c, m
 			}
 		}
-		ts := &TensorStats{Name: e.name, Cols: cols, NMat: nmat, Counts: make([]int64, nmat),
-			SumSq: make([]float64, len(e.vals)), MaxAbs: unknownMax(len(e.vals)), Synthetic: make([]bool, nmat)}
-		count := int64(e.ncall) * int64(cs)
+		ts := &TensorStats{Name: e.Name, Cols: cols, NMat: nmat, Counts: make([]int64, nmat),
+			SumSq: make([]float64, len(e.Sums)), MaxAbs: unknownMax(len(e.Sums)), Synthetic: make([]bool, nmat)}
+		count := int64(e.NCall) * int64(cs)
+		scale := float64(cs)
+		if e.NCall == 0 {
+			// no calls recorded: keep the values as means over one pseudo-row
+			count, scale = 1, 1
+		}
 		for j := range ts.Counts {
 			ts.Counts[j] = count
 		}
-		for j, v := range e.vals {
-			ts.SumSq[j] = float64(v) * float64(cs)
+		for j, v := range e.Sums {
+			ts.SumSq[j] = float64(v) * scale
 		}
-		if e.ncall == 0 {
-			// no calls recorded: keep the values as means over one pseudo-row
-			for j := range ts.Counts {
-				ts.Counts[j] = 1
-			}
-			for j, v := range e.vals {
-				ts.SumSq[j] = float64(v)
-			}
-		}
-		s.Tensors[e.name] = ts
+		s.Tensors[e.Name] = ts
 	}
 	return s, nil
 }

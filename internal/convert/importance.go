@@ -1,17 +1,13 @@
 package convert
 
 import (
-	"bytes"
-	"encoding/binary"
-	"errors"
 	"fmt"
-	"io"
 	"math"
-	"os"
 	"sort"
 	"strings"
 
 	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/internal/imatrix"
 )
 
 // ImportanceSource supplies per-column importance weights (the mean squared input activation
@@ -40,8 +36,6 @@ type imEntry struct {
 	values []float32 // nmat * ne0 (mean squared activations)
 	nmat   int       // number of matrices (experts), 0 when unknown (.dat)
 }
-
-const maxImatrixEntries = 1 << 20
 
 // Len is the number of tensors with importance data.
 func (m *IMatrix) Len() int { return len(m.entries) }
@@ -107,120 +101,42 @@ func (m *IMatrix) Filter(include, exclude []string) {
 }
 
 // LoadIMatrix reads a llama.cpp importance matrix: a GGUF imatrix (general.type "imatrix",
-// tensors NAME.in_sum2 and NAME.counts) or, when the file is not GGUF, the legacy .dat format.
+// tensors NAME.in_sum2 and NAME.counts) or, when the file is not GGUF, the legacy .dat format
+// (both parsed by internal/imatrix). A GGUF imatrix must carry imatrix.datasets, chunk_count
+// and chunk_size, as llama-quantize requires.
 func LoadIMatrix(path string) (*IMatrix, error) {
-	f, err := os.Open(path)
+	f, err := imatrix.Load(path)
 	if err != nil {
-		return nil, fmt.Errorf("imatrix: %w", err)
+		return nil, err
 	}
-	var magic [4]byte
-	_, err = io.ReadFull(f, magic[:])
-	f.Close()
-	if err == nil && string(magic[:]) == gguf.Magic {
-		return loadIMatrixGGUF(path)
+	if f.Legacy {
+		return fromDat(path, f)
 	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("imatrix: %w", err)
+	if !f.HasDatasets || !f.HasChunkCount || !f.HasChunkSize {
+		return nil, fmt.Errorf("imatrix %s: missing imatrix metadata (imatrix.datasets, imatrix.chunk_count and imatrix.chunk_size are required)", path)
 	}
-	if fi.Size() > 4<<30 {
-		return nil, fmt.Errorf("imatrix %s: %d bytes is too large for a legacy .dat imatrix", path, fi.Size())
+	if f.ChunkCount > math.MaxUint32 || f.ChunkSize > math.MaxUint32 {
+		return nil, fmt.Errorf("imatrix %s: bad imatrix.chunk_count %d or chunk_size %d", path, f.ChunkCount, f.ChunkSize)
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("imatrix: %w", err)
-	}
-	return ParseIMatrixDat(path, b)
-}
-
-func loadIMatrixGGUF(path string) (*IMatrix, error) {
-	m, err := gguf.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("imatrix: %w", err)
-	}
-	defer m.Close()
-	md := m.Metadata()
-	im := &IMatrix{Path: path, entries: map[string]*imEntry{}}
-	if t, err := md.GetString("general.type"); err == nil && t != "imatrix" {
-		return nil, fmt.Errorf("imatrix %s: general.type is %q, not \"imatrix\"", path, t)
-	}
-	// llama-quantize requires these three keys
-	ds, err := md.GetStringArray("imatrix.datasets")
-	if err != nil {
-		return nil, fmt.Errorf("imatrix %s: missing imatrix metadata: %w", path, err)
-	}
-	im.Datasets = ds
-	cc, err := md.GetUint("imatrix.chunk_count")
-	if err != nil || cc > math.MaxUint32 {
-		return nil, fmt.Errorf("imatrix %s: missing or bad imatrix.chunk_count", path)
-	}
-	cs, err := md.GetUint("imatrix.chunk_size")
-	if err != nil || cs > math.MaxUint32 {
-		return nil, fmt.Errorf("imatrix %s: missing or bad imatrix.chunk_size", path)
-	}
-	im.ChunkCount, im.ChunkSize = uint32(cc), uint32(cs)
-
-	readF32 := func(t gguf.ModelTensor) ([]float32, error) {
-		if t.Type != gguf.TypeF32 {
-			return nil, fmt.Errorf("imatrix %s: tensor %s has type %s, want f32", path, t.Name, t.Type)
-		}
-		b, err := m.TensorData(t.Name)
-		if err != nil {
-			return nil, fmt.Errorf("imatrix %s: %w", path, err)
-		}
-		out := make([]float32, len(b)/4)
-		for i := range out {
-			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-		}
-		return out, nil
-	}
-	tensors := m.Tensors()
-	byName := map[string]gguf.ModelTensor{}
-	for _, t := range tensors {
-		byName[t.Name] = t
-	}
-	for _, t := range tensors {
-		name, ok := strings.CutSuffix(t.Name, ".in_sum2")
-		if !ok {
-			continue
-		}
-		ct, ok := byName[name+".counts"]
-		if !ok {
-			return nil, fmt.Errorf("imatrix %s: %s has no matching %s.counts", path, t.Name, name)
-		}
-		sums, err := readF32(t)
-		if err != nil {
-			return nil, err
-		}
-		counts, err := readF32(ct)
-		if err != nil {
-			return nil, err
-		}
-		if len(counts) == 0 || len(sums)%len(counts) != 0 || len(sums) == 0 {
-			return nil, fmt.Errorf("imatrix %s: %s has %d sums for %d counts", path, name, len(sums), len(counts))
-		}
-		ne0 := len(sums) / len(counts)
-		vals := make([]float32, len(sums))
-		for j, c := range counts {
-			if math.IsNaN(float64(c)) || c < 0 {
-				return nil, fmt.Errorf("imatrix %s: %s has a bad count %v", path, name, c)
-			}
+	im := &IMatrix{Path: path, Datasets: f.Datasets, ChunkCount: uint32(f.ChunkCount), ChunkSize: uint32(f.ChunkSize),
+		entries: make(map[string]*imEntry, len(f.Entries))}
+	for _, e := range f.Entries {
+		ne0 := len(e.Sums) / len(e.Counts)
+		vals := make([]float32, len(e.Sums))
+		for j, c := range e.Counts {
 			n := math.Round(float64(c))
 			for i := 0; i < ne0; i++ {
 				if n == 0 {
 					vals[j*ne0+i] = 1
 				} else {
-					vals[j*ne0+i] = float32(float64(sums[j*ne0+i]) / n)
+					vals[j*ne0+i] = float32(float64(e.Sums[j*ne0+i]) / n)
 				}
 			}
 		}
-		if err := checkFinite(path, name, vals); err != nil {
+		if err := checkFinite(path, e.Name, vals); err != nil {
 			return nil, err
 		}
-		im.entries[name] = &imEntry{values: vals, nmat: len(counts)}
-	}
-	if len(im.entries) == 0 {
-		return nil, fmt.Errorf("imatrix %s: no *.in_sum2 tensors", path)
+		im.entries[e.Name] = &imEntry{values: vals, nmat: len(e.Counts)}
 	}
 	return im, nil
 }
@@ -234,91 +150,35 @@ func checkFinite(path, name string, vals []float32) error {
 	return nil
 }
 
-// ParseIMatrixDat parses the legacy llama.cpp imatrix format (little-endian):
-// int32 n_entries; per entry int32 name_len, name, int32 ncall, int32 nval, nval float32
-// (mean·ncall); optional trailer int32 last_chunk, int32 dataset_len, dataset bytes.
+// ParseIMatrixDat parses the legacy llama.cpp imatrix format (internal/imatrix.ParseDat) into
+// per-column means (value / ncall).
 func ParseIMatrixDat(path string, b []byte) (*IMatrix, error) {
-	r := bytes.NewReader(b)
-	bad := func(format string, a ...any) error {
-		off := len(b) - r.Len()
-		return fmt.Errorf("imatrix %s: offset %d: %s", path, off, fmt.Sprintf(format, a...))
-	}
-	readI32 := func(what string) (int32, error) {
-		var v int32
-		if err := binary.Read(r, binary.LittleEndian, &v); err != nil {
-			return 0, bad("truncated %s", what)
-		}
-		return v, nil
-	}
-	n, err := readI32("entry count")
+	f, err := imatrix.ParseDat(b)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("imatrix %s: %w", path, err)
 	}
-	if n < 0 || n > maxImatrixEntries {
-		return nil, bad("entry count %d out of range", n)
+	return fromDat(path, f)
+}
+
+func fromDat(path string, f *imatrix.File) (*IMatrix, error) {
+	im := &IMatrix{Path: path, entries: make(map[string]*imEntry, len(f.Entries))}
+	if f.HasDatasets {
+		im.Datasets = f.Datasets
 	}
-	im := &IMatrix{Path: path, entries: map[string]*imEntry{}}
-	for i := int32(0); i < n; i++ {
-		nl, err := readI32("name length")
-		if err != nil {
-			return nil, err
-		}
-		if nl <= 0 || nl > 4096 || int(nl) > r.Len() {
-			return nil, bad("entry %d: name length %d out of range", i, nl)
-		}
-		nb := make([]byte, nl)
-		io.ReadFull(r, nb)
-		name := string(nb)
-		ncall, err := readI32("ncall of " + name)
-		if err != nil {
-			return nil, err
-		}
-		nval, err := readI32("nval of " + name)
-		if err != nil {
-			return nil, err
-		}
-		if nval <= 0 || int64(nval)*4 > int64(r.Len()) {
-			return nil, bad("entry %s: %d values do not fit the file", name, nval)
-		}
-		vals := make([]float32, nval)
-		if err := binary.Read(r, binary.LittleEndian, vals); err != nil {
-			return nil, bad("entry %s: truncated values", name)
-		}
-		if ncall < 0 {
-			return nil, bad("entry %s: negative ncall %d", name, ncall)
-		}
-		if ncall > 0 {
+	if f.HasChunkCount && f.ChunkCount <= math.MaxUint32 {
+		im.ChunkCount = uint32(f.ChunkCount)
+	}
+	for _, e := range f.Entries {
+		vals := append([]float32(nil), e.Sums...)
+		if e.NCall > 0 {
 			for j := range vals {
-				vals[j] /= float32(ncall)
+				vals[j] /= float32(e.NCall)
 			}
 		}
-		if err := checkFinite(path, name, vals); err != nil {
+		if err := checkFinite(path, e.Name, vals); err != nil {
 			return nil, err
 		}
-		if _, dup := im.entries[name]; dup {
-			return nil, bad("duplicate entry %s", name)
-		}
-		im.entries[name] = &imEntry{values: vals}
-	}
-	if r.Len() >= 4 {
-		lc, _ := readI32("last chunk")
-		if lc > 0 {
-			im.ChunkCount = uint32(lc)
-		}
-		if r.Len() >= 4 {
-			dl, _ := readI32("dataset length")
-			if dl < 0 || int(dl) > r.Len() {
-				return nil, bad("dataset name length %d out of range", dl)
-			}
-			db := make([]byte, dl)
-			io.ReadFull(r, db)
-			if dl > 0 {
-				im.Datasets = []string{string(db)}
-			}
-		}
-	}
-	if len(im.entries) == 0 {
-		return nil, errors.New("imatrix " + path + ": no entries")
+		im.entries[e.Name] = &imEntry{values: vals}
 	}
 	return im, nil
 }
