@@ -105,51 +105,53 @@ func (s *Session) matmul(l *linear, e int, x []float32, T int, y []float32) {
 			}
 		})
 	}
-	if rt := l.k.repack; rt != 0 && l.nmat == 1 {
-		// ggml's CPU_REPACK mul_mat: groups of 4 activation rows in gemm order, the rest in
-		// gemv order (MoE expert stacks take the per-row gemv path below, as ggml's
-		// mul_mat_id does). Worker row ranges are multiples of 16, so every row runs in the
-		// multi-row kernels.
+	// Multi-row kernels over the worker's row range [lo, hi) of matrix e (w), each with
+	// llama.cpp's per-element order; see the comments at each use.
+	rows := func(f func(w []byte, lo, hi int) error) {
+		w := l.data[e*out*l.rowBytes : (e+1)*out*l.rowBytes]
 		m.pool.run(out, m.pool.chunkFor(out, 16), func(_, lo, hi int) {
-			if err := kernels.MatMulRepack(rt, y, out, l.data, l.rowBytes, a, ab, T, lo, hi); err != nil {
+			if err := f(w, lo, hi); err != nil {
 				panic(err) // shapes are checked at load
 			}
 		})
+	}
+	rt := l.k.repack
+	switch {
+	case rt != 0 && l.nmat == 1:
+		// ggml's CPU_REPACK mul_mat: groups of 4 activation rows in gemm order, the rest in
+		// gemv order. Worker row ranges are multiples of 16, so every row runs in the
+		// multi-row kernels.
+		rows(func(w []byte, lo, hi int) error {
+			return kernels.MatMulRepack(rt, y, out, w, l.rowBytes, a, ab, T, lo, hi)
+		})
+		return
+	case rt != 0:
+		// MoE expert stacks of a repacked type: ggml's mul_mat_id runs the gemv kernel per
+		// token, whose per-row order MatVecRepack reproduces for several rows at once.
+		rows(func(w []byte, lo, hi int) error {
+			for t := 0; t < T; t++ {
+				if err := kernels.MatVecRepack(rt, y[t*out:(t+1)*out], w, l.rowBytes, a[t*ab:(t+1)*ab], lo, hi); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 		return
 	}
-	if kt, ok := q0Tiles[l.t]; ok && l.k.repack == 0 && (l.k.batchDot == nil || m.opts.gemmMin >= 0) {
+	if kt, ok := q0Tiles[l.t]; ok && (l.k.batchDot == nil || m.opts.gemmMin >= 0) {
 		// 32-element block types: register tiles of rows × tokens (kernels.MatMulQ0), every
 		// element bit-identical to the vec_dot kernel, or for iq4_nl batches to tinyBLAS's
 		// order (what llama.cpp runs; tests forcing the dot path keep vec_dot).
-		w := l.data[e*out*l.rowBytes : (e+1)*out*l.rowBytes]
-		m.pool.run(out, m.pool.chunkFor(out, 16), func(_, lo, hi int) {
-			if err := kernels.MatMulQ0(kt, y, out, w, l.rowBytes, a, ab, T, lo, hi); err != nil {
-				panic(err) // shapes are checked at load
-			}
+		rows(func(w []byte, lo, hi int) error {
+			return kernels.MatMulQ0(kt, y, out, w, l.rowBytes, a, ab, T, lo, hi)
 		})
 		return
 	}
-	if kt, ok := kTiles[l.t]; ok && l.k.repack == 0 && T >= 2 {
+	if kt, ok := kTiles[l.t]; ok && T >= 2 {
 		// K-quants (and iq4_xs) over a batch: register tiles of rows × tokens (kernels.MatMulK),
 		// every element bit-identical to the vec_dot kernel (llama.cpp's order for these).
-		w := l.data[e*out*l.rowBytes : (e+1)*out*l.rowBytes]
-		m.pool.run(out, m.pool.chunkFor(out, 16), func(_, lo, hi int) {
-			if err := kernels.MatMulK(kt, y, out, w, l.rowBytes, a, ab, T, lo, hi); err != nil {
-				panic(err) // shapes are checked at load
-			}
-		})
-		return
-	}
-	if rt := l.k.repack; rt != 0 {
-		// MoE expert stacks of a repacked type: ggml's mul_mat_id runs the gemv kernel per
-		// token, whose per-row order MatVecRepack reproduces for several rows at once.
-		w := l.data[e*out*l.rowBytes : (e+1)*out*l.rowBytes]
-		m.pool.run(out, m.pool.chunkFor(out, 16), func(_, lo, hi int) {
-			for t := 0; t < T; t++ {
-				if err := kernels.MatVecRepack(rt, y[t*out:(t+1)*out], w, l.rowBytes, a[t*ab:(t+1)*ab], lo, hi); err != nil {
-					panic(err) // shapes are checked at load
-				}
-			}
+		rows(func(w []byte, lo, hi int) error {
+			return kernels.MatMulK(kt, y, out, w, l.rowBytes, a, ab, T, lo, hi)
 		})
 		return
 	}
