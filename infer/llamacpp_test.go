@@ -185,36 +185,7 @@ func TestLlamaCppParity(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			pr := resp.Results[2*i]
-			if len(pr.Probs) != len(positions) {
-				t.Fatalf("llama.cpp returned %d distributions, want %d", len(pr.Probs), len(positions))
-			}
-			var worst float64
-			near := 0
-			for _, d := range pr.Probs {
-				ours := softmax32(logits[d.Pos])
-				if len(d.Top) != len(ours) {
-					t.Fatalf("pos %d: llama.cpp returned %d probabilities, want the full vocabulary %d", d.Pos, len(d.Top), len(ours))
-				}
-				var sum, w float64
-				seen := make([]bool, len(ours))
-				for _, e := range d.Top {
-					tok := int(e[0])
-					if tok < 0 || tok >= len(ours) || seen[tok] {
-						t.Fatalf("pos %d: bad or repeated token %v in llama.cpp output", d.Pos, e[0])
-					}
-					seen[tok] = true
-					sum += e[1]
-					w = math.Max(w, math.Abs(e[1]-ours[tok]))
-				}
-				if math.Abs(sum-1) > 1e-4 {
-					t.Fatalf("pos %d: llama.cpp probabilities sum to %v, not a full softmax", d.Pos, sum)
-				}
-				if w <= nearExact {
-					near++
-				}
-				worst = math.Max(worst, w)
-			}
+			worst, near := compareDists(t, logits, resp.Results[2*i], len(positions))
 			tol := tolExact
 			if !c.exact {
 				tol = tolQuant
@@ -238,13 +209,7 @@ func TestLlamaCppParity(t *testing.T) {
 			}
 			s.Reset()
 			got := greedy(t, s, greedyPrompt, nGreedy)
-			diverge := -1
-			for j := range want {
-				if got[j] != want[j] {
-					diverge = j
-					break
-				}
-			}
+			diverge := firstDivergence(got, want)
 			// On an AVX2 machine without AVX-512, node-llama-cpp runs its haswell build, whose
 			// float orders quant/kernels and infer reproduce bit for bit; with the C library's
 			// cosf/sinf in use for RoPE as well, every model must then give llama.cpp's greedy
@@ -255,23 +220,7 @@ func TestLlamaCppParity(t *testing.T) {
 			} else if strict {
 				t.Errorf("greedy continuation differs at token %d:\n ours  %v\n llama %v", diverge, got, want)
 			}
-			s.Reset()
-			seq := append(append([]int32(nil), greedyPrompt...), want...)
-			fl, err := s.Eval(seq[:len(seq)-1], LogitsAll)
-			if err != nil {
-				t.Fatal(err)
-			}
-			agree := 0
-			var gap float64
-			for j := range want {
-				p := softmax32(fl[len(greedyPrompt)-1+j])
-				top := argmax(fl[len(greedyPrompt)-1+j])
-				if top == want[j] {
-					agree++
-					continue
-				}
-				gap = math.Max(gap, p[top]-p[want[j]])
-			}
+			agree, gap := teacherForced(t, s, greedyPrompt, want)
 			t.Logf("greedy: identical for %d/%d tokens; teacher-forced argmax agreement %d/%d, largest gap at a disagreement %.2e",
 				map[bool]int{true: nGreedy, false: diverge}[diverge < 0], nGreedy, agree, nGreedy, gap)
 			if gap > tol {
@@ -291,6 +240,76 @@ func TestLlamaCppParity(t *testing.T) {
 		}
 	}
 }
+
+// compareDists checks that llama.cpp's answer holds full distributions (every vocabulary
+// entry once, summing to 1) for n positions and returns the largest |Δp| against ours
+// (softmax of logits[pos]) and the number of positions within nearExact.
+func compareDists(t testing.TB, logits [][]float32, pr llamaResp, n int) (worst float64, near int) {
+	t.Helper()
+	if len(pr.Probs) != n {
+		t.Fatalf("llama.cpp returned %d distributions, want %d", len(pr.Probs), n)
+	}
+	for _, d := range pr.Probs {
+		ours := softmax32(logits[d.Pos])
+		if len(d.Top) != len(ours) {
+			t.Fatalf("pos %d: llama.cpp returned %d probabilities, want the full vocabulary %d", d.Pos, len(d.Top), len(ours))
+		}
+		var sum, w float64
+		seen := make([]bool, len(ours))
+		for _, e := range d.Top {
+			tok := int(e[0])
+			if tok < 0 || tok >= len(ours) || seen[tok] {
+				t.Fatalf("pos %d: bad or repeated token %v in llama.cpp output", d.Pos, e[0])
+			}
+			seen[tok] = true
+			sum += e[1]
+			w = math.Max(w, math.Abs(e[1]-ours[tok]))
+		}
+		if math.Abs(sum-1) > 1e-4 {
+			t.Fatalf("pos %d: llama.cpp probabilities sum to %v, not a full softmax", d.Pos, sum)
+		}
+		if w <= nearExact {
+			near++
+		}
+		worst = math.Max(worst, w)
+	}
+	return worst, near
+}
+
+// firstDivergence is the first index where got and want differ, -1 if none.
+func firstDivergence(got, want []int32) int {
+	for j := range want {
+		if j >= len(got) || got[j] != want[j] {
+			return j
+		}
+	}
+	return -1
+}
+
+// teacherForced evaluates prompt+want in one batch (from a reset session) and returns how
+// many of llama.cpp's greedy tokens are our argmax, and the largest probability gap between
+// our argmax and llama.cpp's token where they differ.
+func teacherForced(t testing.TB, s *Session, prompt, want []int32) (agree int, gap float64) {
+	t.Helper()
+	s.Reset()
+	seq := append(append([]int32(nil), prompt...), want...)
+	fl, err := s.Eval(seq[:len(seq)-1], LogitsAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for j := range want {
+		row := fl[len(prompt)-1+j]
+		top := argmax(row)
+		if top == want[j] {
+			agree++
+			continue
+		}
+		p := softmax32(row)
+		gap = math.Max(gap, p[top]-p[want[j]])
+	}
+	return agree, gap
+}
+
 func argmax(x []float32) int32 {
 	best := 0
 	for i, v := range x {

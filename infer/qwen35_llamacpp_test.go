@@ -1,7 +1,6 @@
 package infer
 
 import (
-	"math"
 	"testing"
 
 	"github.com/tq-project/tq/internal/llamacppref"
@@ -99,34 +98,7 @@ func TestHybridLlamaCppParity(t *testing.T) {
 				t.Fatal(err)
 			}
 			tol := c.tol
-			pr := resp.Results[2*i]
-			if len(pr.Probs) != len(positions) {
-				t.Fatalf("llama.cpp returned %d distributions, want %d", len(pr.Probs), len(positions))
-			}
-			var worst float64
-			near := 0
-			for _, d := range pr.Probs {
-				ours := softmax32(logits[d.Pos])
-				if len(d.Top) != len(ours) {
-					t.Fatalf("pos %d: llama.cpp returned %d probabilities, want %d", d.Pos, len(d.Top), len(ours))
-				}
-				var sum, w float64
-				for _, e := range d.Top {
-					tok := int(e[0])
-					if tok < 0 || tok >= len(ours) {
-						t.Fatalf("pos %d: bad token %v", d.Pos, e[0])
-					}
-					sum += e[1]
-					w = math.Max(w, math.Abs(e[1]-ours[tok]))
-				}
-				if math.Abs(sum-1) > 1e-4 {
-					t.Fatalf("pos %d: llama.cpp probabilities sum to %v", d.Pos, sum)
-				}
-				if w <= nearExact {
-					near++
-				}
-				worst = math.Max(worst, w)
-			}
+			worst, near := compareDists(t, logits, resp.Results[2*i], len(positions))
 			t.Logf("max |Δp| vs llama.cpp %.2e (tolerance %.2g); positions within %.0e: %d/%d", worst, tol, nearExact, near, len(positions))
 			if worst > tol {
 				t.Errorf("max |Δp| %.3e > %.2g", worst, tol)
@@ -141,34 +113,11 @@ func TestHybridLlamaCppParity(t *testing.T) {
 			}
 			s.Reset()
 			got := greedy(t, s, greedyPrompt, nGreedy)
-			diverge := -1
-			for j := range want {
-				if got[j] != want[j] {
-					diverge = j
-					break
-				}
-			}
+			diverge := firstDivergence(got, want)
 			if diverge >= 0 && exact {
 				t.Errorf("greedy continuation differs at token %d:\n ours  %v\n llama %v", diverge, got, want)
 			}
-			s.Reset()
-			seq := append(append([]int32(nil), greedyPrompt...), want...)
-			fl, err := s.Eval(seq[:len(seq)-1], LogitsAll)
-			if err != nil {
-				t.Fatal(err)
-			}
-			agree := 0
-			var gap float64
-			for j := range want {
-				row := fl[len(greedyPrompt)-1+j]
-				top := argmax(row)
-				if top == want[j] {
-					agree++
-					continue
-				}
-				p := softmax32(row)
-				gap = math.Max(gap, p[top]-p[want[j]])
-			}
+			agree, gap := teacherForced(t, s, greedyPrompt, want)
 			t.Logf("greedy: first divergence %d (-1: none) of %d; teacher-forced argmax agreement %d/%d, largest gap %.2e", diverge, nGreedy, agree, nGreedy, gap)
 			if gap > tolHybridGreedyGap {
 				t.Errorf("llama.cpp's greedy token is %.3e below our argmax (tolerance %.0e)", gap, tolHybridGreedyGap)
