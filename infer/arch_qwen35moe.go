@@ -60,7 +60,6 @@ func init() {
 // readHybrid reads the Gated DeltaNet and MTP keys (llama_model_qwen35(moe)::load_arch_hparams)
 // and makes NLayer the trunk depth.
 func readHybrid(r metaReader, c *Config) error {
-	useHybridLibm() // the C library's expf/logf, as llama.cpp's scalar ops
 	k := func(s string) string { return c.Arch + "." + s }
 	h := &HybridConfig{}
 	geti := func(key string, req bool, def, lo, hi int64) (int, error) {
@@ -305,7 +304,6 @@ func (s *Session) hybridState() *hybridState {
 	if s.hy != nil {
 		return s.hy
 	}
-	useHybridLibm() // normally done at load already
 	c := s.m.cfg
 	h := c.Hybrid
 	st := &hybridState{conv: make([][]float32, c.NLayer), ssm: make([][]float32, c.NLayer)}

@@ -17,8 +17,8 @@ import (
 //   - ggml_vec_mad_f32 and the scalar loops of ggml_ssm_conv are contracted into FMAs
 //     (kernels.AxpyFMA, causalConv1d).
 
-// cExpf and cLogf are the C library's expf and logf where useHybridLibm could load them,
-// else nil. They are set once, before the first hybrid model is loaded.
+// cExpf and cLogf are the C library's expf and logf where useSystemLibm could load them,
+// else nil. They are set once, before the first model is built (newRopeParams).
 var cExpf, cLogf func(float32) float32
 
 // Error bounds (in ulps) of the C library functions, as documented for glibc's expf
@@ -52,7 +52,7 @@ func nearest(e float64, bound float64) (float32, bool) {
 	return r, math.Abs(e-float64(r)) < (1-bound)*gap
 }
 
-// expf32 is the C library's expf where it is loaded (see useHybridLibm), else the correctly
+// expf32 is the C library's expf where it is loaded (see useSystemLibm), else the correctly
 // rounded e^x.
 func expf32(x float32) float32 {
 	e := math.Exp(float64(x))

@@ -11,7 +11,7 @@ import (
 // deltaNetHead (ggml's arithmetic: FMA updates, libc expf) against a baseline in the same run:
 // the same recurrence with unfused updates and Go's exp (what tq ran before it matched ggml).
 func BenchmarkDeltaNetHead(b *testing.B) {
-	useHybridLibm()
+	useSystemLibm()
 	const ds = 128
 	r := rand.New(rand.NewPCG(1, 1))
 	q, k, v := oracleRand(r, ds), oracleRand(r, ds), oracleRand(r, ds)

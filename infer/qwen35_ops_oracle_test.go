@@ -22,7 +22,7 @@ import (
 func openHybridOracle(t *testing.T) *ggml.Lib {
 	t.Helper()
 	lib := ggml.Open(t)
-	useHybridLibm()
+	useSystemLibm()
 	if cExpf == nil || cLogf == nil {
 		t.Skip("the C library's expf/logf could not be loaded (or TQ_LIBM=go); llama.cpp's last bits depend on them")
 	}
@@ -34,7 +34,7 @@ func openHybridOracle(t *testing.T) *ggml.Lib {
 // inputs where glibc's expf is not correctly rounded (found by an exhaustive search over all
 // floats, glibc 2.36; logged when the correctly rounded value differs here too).
 func TestHybridLibmMatchesC(t *testing.T) {
-	useHybridLibm()
+	useSystemLibm()
 	if cExpf == nil || cLogf == nil {
 		t.Skip("the C library's expf/logf could not be loaded (or TQ_LIBM=go)")
 	}
