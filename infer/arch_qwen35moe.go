@@ -407,6 +407,8 @@ func (s *Session) gatedAttention(b *block, il, T, pos0 int, out []float32) {
 	}
 	s.linear(b.k, h, T, s.k[:T*kd])
 	s.linear(b.v, h, T, s.v[:T*kd])
+	rope := s.ropeRows(pos0, T, func(cs []float32, pos int) { hybridRopeCache(&s.m.rope, hy.RopeIdentity, cs, pos) })
+	nr := c.NRot
 	for t := 0; t < T; t++ {
 		qt := q[t*qd : (t+1)*qd]
 		kt := s.k[t*kd : (t+1)*kd]
@@ -416,12 +418,12 @@ func (s *Session) gatedAttention(b *block, il, T, pos0 int, out []float32) {
 		for i := 0; i < kd; i += hd {
 			rmsNorm(kt[i:i+hd], kt[i:i+hd], b.kNorm, eps)
 		}
-		hybridRopeCache(&s.m.rope, hy.RopeIdentity, s.cs, pos0+t)
+		cs := rope[t*nr : (t+1)*nr]
 		for i := 0; i < qd; i += hd {
-			s.m.rope.apply(qt[i:i+hd], s.cs)
+			s.m.rope.apply(qt[i:i+hd], cs)
 		}
 		for i := 0; i < kd; i += hd {
-			s.m.rope.apply(kt[i:i+hd], s.cs)
+			s.m.rope.apply(kt[i:i+hd], cs)
 		}
 		s.kv.store(il, pos0+t, kt, s.v[t*kd:(t+1)*kd])
 	}

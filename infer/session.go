@@ -28,7 +28,8 @@ type Session struct {
 	capT                    int // tokens the scratch buffers hold
 	x, h, q, k, v, att, tmp []float32
 	g, u                    []float32
-	cs                      []float32
+	cs                      []float32 // RoPE cos/sin tables of the batch's positions (ropeRows)
+	ropePos0, ropeT         int       // positions the tables in cs hold
 	act                     []byte
 	xr                      []float32 // rounded activation rows (GEMM path)
 	qp                      [][]byte  // per-worker prepared query head
@@ -108,7 +109,22 @@ func (s *Session) ensure(T int) {
 	s.v = grow(s.v, T*c.KVDim())
 	s.g = grow(s.g, T*c.NFF)
 	s.u = grow(s.u, T*c.NFF)
-	s.cs = grow(s.cs, c.NRot)
+}
+
+// ropeRows returns the RoPE cos/sin tables (n_rot floats per position) of positions
+// pos0..pos0+T−1, computed by fill once per batch and shared by every layer: with the C
+// library's cosf/sinf (each a call through purego) one table costs ~90 µs for n_rot 128, so
+// recomputing it per layer would cost a few percent of a prompt.
+func (s *Session) ropeRows(pos0, T int, fill func(cs []float32, pos int)) []float32 {
+	n := s.m.cfg.NRot
+	if s.ropeT < T || s.ropePos0 != pos0 {
+		s.cs = grow(s.cs, T*n)
+		for t := 0; t < T; t++ {
+			fill(s.cs[t*n:(t+1)*n], pos0+t)
+		}
+		s.ropePos0, s.ropeT = pos0, T
+	}
+	return s.cs[:T*n]
 }
 
 // Eval appends tokens to the sequence, runs them through the model (in batches of at most
@@ -217,6 +233,7 @@ func (s *Session) layer(b *block, il, T, pos0 int) {
 	addBias(s.k, b.bk, T)
 	s.linear(b.v, h, T, s.v[:T*kd])
 	addBias(s.v, b.bv, T)
+	rope, nr := s.ropeRows(pos0, T, s.m.rope.cache), c.NRot
 	for t := 0; t < T; t++ {
 		q := s.q[t*qd : (t+1)*qd]
 		k := s.k[t*kd : (t+1)*kd]
@@ -228,12 +245,12 @@ func (s *Session) layer(b *block, il, T, pos0 int) {
 				rmsNorm(k[i:i+hd], k[i:i+hd], b.kNorm, eps)
 			}
 		}
-		s.m.rope.cache(s.cs, pos0+t)
+		cs := rope[t*nr : (t+1)*nr]
 		for i := 0; i < qd; i += hd {
-			s.m.rope.apply(q[i:i+hd], s.cs)
+			s.m.rope.apply(q[i:i+hd], cs)
 		}
 		for i := 0; i < kd; i += hd {
-			s.m.rope.apply(k[i:i+hd], s.cs)
+			s.m.rope.apply(k[i:i+hd], cs)
 		}
 		s.kv.store(il, pos0+t, k, s.v[t*kd:(t+1)*kd])
 	}
