@@ -7,7 +7,7 @@ DEMO_DIR ?= build/demo
 FUZZTIME ?= 10s
 export GOFLAGS ?= -mod=readonly
 
-.PHONY: all build test refs vet fmt-check bench demo fuzz ptx gpu-check clean
+.PHONY: all build test test-purego refs vet fmt-check bench demo fuzz ptx gpu-check clean
 
 all: build
 
@@ -26,8 +26,16 @@ vet:
 	$(GO) vet $(PKGS)
 
 # TQ_REQUIRE_REFS=1 turns a missing reference into a failure instead of a skip.
+# The second run repeats the llama.cpp parity tests against llama.cpp's AVX2 (haswell) CPU
+# variant, whose float orders tq reproduces bit for bit, so the strict criteria are checked on
+# AVX-512 hosts too (docs/infer.md, "Parity on every x86-64 host").
 test: refs fmt-check vet
 	TQ_REQUIRE_REFS=1 $(GO) test -count=1 -timeout 30m $(PKGS)
+	TQ_REQUIRE_REFS=1 TQ_LLAMACPP_CPU=haswell $(GO) test -count=1 -timeout 10m -run 'LlamaCpp' ./infer/ ./verify/
+
+# The whole suite with the assembly kernels disabled (pure-Go twins).
+test-purego: refs
+	TQ_REQUIRE_REFS=1 $(GO) test -tags purego -count=1 -timeout 30m $(PKGS)
 
 bench: refs
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m $(PKGS)

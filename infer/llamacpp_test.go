@@ -6,8 +6,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"golang.org/x/sys/cpu"
-
 	"github.com/tq-project/tq/internal/llamacppref"
 
 	"github.com/tq-project/tq/gguf"
@@ -69,13 +67,12 @@ const (
 	minNearAVX2  = 1.0
 )
 
-// bitExactHost reports whether this machine runs node-llama-cpp's AVX2 (haswell) CPU build,
-// whose kernels tq reproduces bit for bit (ggml picks that build for AVX2+FMA+F16C+BMI2
-// without AVX-512 or AVX-VNNI), and RoPE uses the C library's cosf/sinf as llama.cpp does
-// (known after a Load).
+// bitExactHost reports whether llama.cpp runs its AVX2 (haswell) CPU build here, whose kernels
+// tq reproduces bit for bit (ggml picks that build for AVX2+FMA+F16C+BMI2 without AVX-512 or
+// AVX-VNNI; TQ_LLAMACPP_CPU=haswell forces it on later CPUs), and RoPE uses the C library's
+// cosf/sinf as llama.cpp does (known after a Load).
 func bitExactHost() bool {
-	x := cpu.X86
-	return x.HasAVX2 && x.HasFMA && x.HasF16C && x.HasBMI2 && !x.HasAVX512F && !x.HasAVXVNNI && libmName != "go"
+	return llamacppref.HaswellBuild() && libmName != "go"
 }
 
 func parityCases() []parityCase {

@@ -1,6 +1,7 @@
 package infer
 
 import (
+	"math"
 	"testing"
 
 	"github.com/tq-project/tq/internal/llamacppref"
@@ -10,6 +11,8 @@ import (
 
 // Tolerances of the hybrid parity against llama.cpp.
 //
+// On a bit-exact host (bitExactHost: node-llama-cpp runs its AVX2 "haswell" build, whose float
+// orders tq reproduces) the constants below apply:
 // F32 weights: max |Δp| <= 1e-4 (measured ~3e-5) and identical greedy continuations.
 // F16 weights: activations are rounded to f16 before every product in both engines, but the
 // f16 GEMMs sum in different orders; on the other architectures this already costs up to
@@ -23,11 +26,29 @@ import (
 // least half of all quantized positions within 1e-5 (a formula error breaks every position),
 // max |Δp| <= 0.15, and llama.cpp's greedy token never more than 5e-2 below our argmax under
 // teacher forcing.
+//
+// On any other host (AVX-512, AVX-VNNI, or Go's own cos/sin) llama.cpp's float32 and f16
+// products sum in other orders (16-lane AVX-512 accumulators instead of 8-lane AVX2 ones, other
+// tile shapes), so for F32/F16 weights the difference is no longer bounded by the bit-exact
+// constants. Both engines still apply the same roundings (f16 weights, f16 activations before
+// each f16 product, the f16 KV cache) and differ only in float32 summation order. A different
+// order moves a sum by a few float32 ulps; where that sum is then rounded to f16 it can land on
+// the neighbouring f16 value, so in the worst case the two engines differ by the full effect of
+// those roundings — and that effect is what tq's distance from the unrounded float64 evaluation
+// of the same weights (Reference) measures, per model and per position. So there the bound is
+// max |Δp| <= max(constant, max |p_tq − p_float64|), and max |p_tq − p_float64| itself must stay
+// below tolHybridRefF32/tolHybridRefF16 (about 4x what was measured: 4.2e-4 and 1.3e-2 on
+// qwen35moe), so a formula error in tq cannot widen the bound. Measured on an Intel Sapphire
+// Rapids (AVX-512, AVX-VNNI): f16 qwen35moe |Δp| 4.6e-3 against a derived bound of 1.3e-2, f32
+// 1.3e-5 against 4.2e-4. Greedy continuations must then only pass the teacher-forced gap test:
+// a near-tie may legitimately resolve the other way.
 const (
 	tolHybridF32       = 1e-4
 	tolHybridF16       = 3e-3
 	tolHybridQuant     = 0.15
 	tolHybridGreedyGap = 5e-2
+	tolHybridRefF32    = 2e-3
+	tolHybridRefF16    = 5e-2
 )
 
 // TestHybridLlamaCppParity compares next-token distributions (every position of a 24-token
@@ -98,6 +119,10 @@ func TestHybridLlamaCppParity(t *testing.T) {
 				t.Fatal(err)
 			}
 			tol := c.tol
+			strict := bitExactHost()
+			if exact && !strict {
+				tol = max(tol, refDistance(t, src, prompt, logits, c.tol == tolHybridF16))
+			}
 			worst, near := compareDists(t, logits, resp.Results[2*i], len(positions))
 			t.Logf("max |Δp| vs llama.cpp %.2e (tolerance %.2g); positions within %.0e: %d/%d", worst, tol, nearExact, near, len(positions))
 			if worst > tol {
@@ -114,7 +139,7 @@ func TestHybridLlamaCppParity(t *testing.T) {
 			s.Reset()
 			got := greedy(t, s, greedyPrompt, nGreedy)
 			diverge := firstDivergence(got, want)
-			if diverge >= 0 && exact {
+			if diverge >= 0 && exact && strict {
 				t.Errorf("greedy continuation differs at token %d:\n ours  %v\n llama %v", diverge, got, want)
 			}
 			agree, gap := teacherForced(t, s, greedyPrompt, want)
@@ -130,4 +155,37 @@ func TestHybridLlamaCppParity(t *testing.T) {
 			t.Errorf("only %d/%d quantized positions agree to %.0e (want >= %.0f%%)", qNear, qTotal, nearExact, 100*minNearExact)
 		}
 	}
+}
+
+// refDistance returns max |p_tq − p_float64| over the prompt's positions, where p_float64 is the
+// float64 evaluation (Reference) of the same weights without any activation rounding: the
+// rounding footprint that bounds the difference between two correct engines that differ only in
+// summation order (see the tolerances above). It fails the test if that footprint exceeds
+// tolHybridRefF16 (f16 weights) or tolHybridRefF32, which would mean a formula error in tq.
+func refDistance(t *testing.T, src Source, prompt []int32, logits [][]float32, f16 bool) float64 {
+	t.Helper()
+	ref, err := NewReference(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := ref.Logits(prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d float64
+	for p := range want {
+		ours, exact := softmax32(logits[p]), softmax64(want[p])
+		for k := range ours {
+			d = max(d, math.Abs(ours[k]-exact[k]))
+		}
+	}
+	limit := tolHybridRefF32
+	if f16 {
+		limit = tolHybridRefF16
+	}
+	t.Logf("not a bit-exact host: max |p_tq − p_float64| = %.2e (limit %.0e) widens the tolerance", d, limit)
+	if d > limit {
+		t.Errorf("tq is %.3e from the float64 evaluation (limit %.0e)", d, limit)
+	}
+	return d
 }

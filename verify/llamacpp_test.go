@@ -7,7 +7,6 @@ import (
 	"slices"
 	"testing"
 
-	"golang.org/x/sys/cpu"
 
 	"github.com/tq-project/tq/infer"
 	"github.com/tq-project/tq/internal/llamacppref"
@@ -130,13 +129,11 @@ func TestPerplexityMatchesLlamaCpp(t *testing.T) {
 	}
 }
 
-// bitExactHost reports whether node-llama-cpp runs its haswell CPU build here (AVX2+FMA+F16C+
-// BMI2, no AVX-512, no AVX-VNNI), whose results infer reproduces bit for bit when RoPE uses the
-// C library's cosf/sinf as llama.cpp does.
+// bitExactHost reports whether llama.cpp runs its haswell CPU build here (llamacppref.HaswellBuild),
+// whose results infer reproduces bit for bit when RoPE uses the C library's cosf/sinf as
+// llama.cpp does.
 func bitExactHost() bool {
-	x := cpu.X86
-	return x.HasAVX2 && x.HasFMA && x.HasF16C && x.HasBMI2 && !x.HasAVX512F && !x.HasAVXVNNI &&
-		infer.MathLibrary() != "go"
+	return llamacppref.HaswellBuild() && infer.MathLibrary() != "go"
 }
 
 // scaleOutput writes a copy of src whose output.weight is multiplied by s.

@@ -11,9 +11,44 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/cpu"
 )
+
+// VariantEnv names the environment variable that forces llama.cpp's CPU variant (for example
+// TQ_LLAMACPP_CPU=haswell). node-llama-cpp ships one libggml-cpu-<variant>.so per x86-64 level
+// and ggml loads the best-scoring one the CPU can run from the package's bins folder
+// (ggml-backend-reg.cpp, ggml_backend_load_best). To force one, Run starts llama.mjs from an
+// overlay of node_modules made of symbolic links in which that folder holds only the forced
+// variant, with node's --preserve-symlinks so the package resolves its bins folder inside the
+// overlay. An AVX-512 machine then runs llama.cpp exactly as an AVX2-only one does.
+const VariantEnv = "TQ_LLAMACPP_CPU"
+
+var variantName = regexp.MustCompile(`^[a-z0-9_]+$`)
+
+// ForcedVariant returns the CPU variant named by TQ_LLAMACPP_CPU, or "" when llama.cpp picks
+// its best one for this CPU.
+func ForcedVariant() string { return os.Getenv(VariantEnv) }
+
+// HaswellBuild reports whether llama.cpp runs its AVX2 "haswell" CPU variant here: forced with
+// TQ_LLAMACPP_CPU=haswell on a CPU that can run it, or chosen by ggml because the CPU has
+// AVX2+FMA+F16C+BMI2 but neither AVX-512 nor AVX-VNNI (which would select a later variant).
+// tq's kernels reproduce that variant's float orders bit for bit.
+func HaswellBuild() bool {
+	x := cpu.X86
+	avx2 := x.HasAVX2 && x.HasFMA && x.HasF16C && x.HasBMI2
+	switch ForcedVariant() {
+	case "":
+		return avx2 && !x.HasAVX512F && !x.HasAVXVNNI
+	case "haswell":
+		return avx2
+	}
+	return false
+}
 
 // RepoRoot walks up from the working directory to the directory holding go.mod.
 func RepoRoot(t testing.TB) string {
@@ -76,7 +111,10 @@ func Run(t testing.TB, req, resp any) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", script)
+	if v := ForcedVariant(); v != "" {
+		script = variantOverlay(t, filepath.Dir(script), v)
+	}
+	cmd := exec.CommandContext(ctx, "node", "--preserve-symlinks", "--preserve-symlinks-main", script)
 	cmd.Dir = filepath.Dir(script)
 	cmd.Stdin = bytes.NewReader(in)
 	var stderr bytes.Buffer
@@ -88,4 +126,49 @@ func Run(t testing.TB, req, resp any) {
 	if err := json.Unmarshal(out, resp); err != nil {
 		t.Fatalf("llama.mjs reply: %v", err)
 	}
+}
+
+// variantOverlay builds, in a fresh temporary folder, a copy of the harness made of symbolic
+// links whose node-llama-cpp binaries folder holds only llama.cpp's CPU variant v (see
+// VariantEnv), and returns the path of llama.mjs in it.
+func variantOverlay(t testing.TB, harness, v string) string {
+	t.Helper()
+	if !variantName.MatchString(v) {
+		t.Fatalf("%s=%q is not a CPU variant name (for example haswell)", VariantEnv, v)
+	}
+	const pkg = "@node-llama-cpp/linux-x64"
+	bins := filepath.Join("bins", "linux-x64")
+	lib := "libggml-cpu-" + v + ".so"
+	if _, err := os.Stat(filepath.Join(harness, "node_modules", pkg, bins, lib)); err != nil {
+		t.Fatalf("%s=%s: %v", VariantEnv, v, err)
+	}
+	dir := t.TempDir()
+	// link every entry of from into to, except the one named keep (made a real folder) and,
+	// where skip says so, the entries left out.
+	link := func(from, to, keep string, skip func(string) bool) {
+		ents, err := os.ReadDir(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(to, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			if e.Name() == keep || (skip != nil && skip(e.Name())) {
+				continue
+			}
+			if err := os.Symlink(filepath.Join(from, e.Name()), filepath.Join(to, e.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	nm, onm := filepath.Join(harness, "node_modules"), filepath.Join(dir, "node_modules")
+	link(harness, dir, "node_modules", nil)
+	link(nm, onm, "@node-llama-cpp", nil)
+	link(filepath.Join(nm, "@node-llama-cpp"), filepath.Join(onm, "@node-llama-cpp"), "linux-x64", nil)
+	link(filepath.Join(nm, pkg), filepath.Join(onm, pkg), "bins", nil)
+	link(filepath.Join(nm, pkg, bins), filepath.Join(onm, pkg, bins), "", func(name string) bool {
+		return strings.HasPrefix(name, "libggml-cpu-") && name != lib
+	})
+	return filepath.Join(dir, "llama.mjs")
 }
