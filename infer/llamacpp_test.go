@@ -159,30 +159,12 @@ func TestLlamaCppParity(t *testing.T) {
 			llamaReq{Op: "probs", Model: paths[i], Tokens: prompt, Positions: positions, Threads: 1, Ctx: 256},
 			llamaReq{Op: "greedy", Model: paths[i], Tokens: greedyPrompt, N: nGreedy, Threads: 1, Ctx: 256})
 	}
-	var resp struct{ Results []llamaResp }
-	llamacppref.Run(t, map[string]any{"op": "batch", "threads": 1, "requests": reqs}, &resp)
-	if len(resp.Results) != len(reqs) {
-		t.Fatalf("llama.mjs returned %d results for %d requests", len(resp.Results), len(reqs))
-	}
+	resp := llamaBatch(t, reqs)
 	identical, qNear, qTotal := 0, 0, 0
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			src, err := OpenGGUF(paths[i])
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer src.Close()
-			m, err := Load(src, Options{Threads: 2, CtxSize: 256})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
-			s, _ := m.NewSession()
-			logits, err := s.Eval(prompt, LogitsAll)
-			if err != nil {
-				t.Fatal(err)
-			}
-			worst, near := compareDists(t, logits, resp.Results[2*i], len(positions))
+			_, s, logits := evalGGUF(t, paths[i], prompt)
+			worst, near := compareDists(t, logits, resp[2*i], len(positions))
 			tol := tolExact
 			if !c.exact {
 				tol = tolQuant
@@ -200,7 +182,7 @@ func TestLlamaCppParity(t *testing.T) {
 			}
 
 			// Greedy: free-running comparison, then teacher forcing on llama.cpp's tokens.
-			want := resp.Results[2*i+1].Tokens
+			want := resp[2*i+1].Tokens
 			if len(want) != nGreedy {
 				t.Fatalf("llama.cpp greedy returned %d tokens", len(want))
 			}
@@ -271,6 +253,42 @@ func compareDists(t testing.TB, logits [][]float32, pr llamaResp, n int) (worst 
 		worst = math.Max(worst, w)
 	}
 	return worst, near
+}
+
+// llamaBatch runs reqs in one llama.mjs process and returns one response per request.
+func llamaBatch(t *testing.T, reqs []llamaReq) []llamaResp {
+	t.Helper()
+	var resp struct{ Results []llamaResp }
+	llamacppref.Run(t, map[string]any{"op": "batch", "threads": 1, "requests": reqs}, &resp)
+	if len(resp.Results) != len(reqs) {
+		t.Fatalf("llama.mjs returned %d results for %d requests", len(resp.Results), len(reqs))
+	}
+	return resp.Results
+}
+
+// evalGGUF loads the GGUF at path (2 threads, context 256, closed when t ends) and returns its
+// source, a session that has evaluated prompt, and the logits of every prompt position.
+func evalGGUF(t *testing.T, path string, prompt []int32) (Source, *Session, [][]float32) {
+	t.Helper()
+	src, err := OpenGGUF(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	m, err := Load(src, Options{Threads: 2, CtxSize: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	s, err := m.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logits, err := s.Eval(prompt, LogitsAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src, s, logits
 }
 
 // firstDivergence is the first index where got and want differ, -1 if none.

@@ -28,9 +28,7 @@ func topK(p []float32, k int, sel []int32, order []int) {
 }
 
 func (f *moeFFN) forward(s *Session, il int, h []float32, T int, out []float32) {
-	c := s.m.cfg
-	E, nE, k := c.NEmbd, f.nExpert, f.nUsed
-	nff := f.gate.out
+	nE, k := f.nExpert, f.nUsed
 	ms := &s.moe
 	ms.logits = grow(ms.logits, T*nE)
 	if cap(ms.sel) < T*k {
@@ -59,10 +57,21 @@ func (f *moeFFN) forward(s *Session, il int, h []float32, T int, out []float32) 
 	if s.obs != nil {
 		s.obs.Route(il, ms.sel, ms.wts, T, k)
 	}
+	s.hostExperts(f, h, T, ms.sel, ms.wts, out)
+}
+
+// hostExperts runs the routed experts of f on the host: for T rows h (n_embd each) routed to
+// sel (T·k experts) with weights wts, out[t] = Σ_j wts[t·k+j] · expert_sel[t·k+j](h[t]), summed in
+// slot order as llama.cpp adds the weighted expert outputs. The CPU forward pass and the hybrid
+// GPU path (experts kept in host memory) both use it.
+func (s *Session) hostExperts(f *moeFFN, h []float32, T int, sel []int32, wts []float32, out []float32) {
+	E, nE, k := s.m.cfg.NEmbd, f.nExpert, f.nUsed
+	nff := f.gate.out
+	ms := &s.moe
 	ms.slotOut = grow(ms.slotOut, T*k*E)
 	for e := 0; e < nE; e++ {
 		ms.rows = ms.rows[:0]
-		for i, se := range ms.sel {
+		for i, se := range sel {
 			if int(se) == e {
 				ms.rows = append(ms.rows, i)
 			}
@@ -94,11 +103,10 @@ func (f *moeFFN) forward(s *Session, il int, h []float32, T int, out []float32) 
 			copy(ms.slotOut[i*E:(i+1)*E], ms.ye[j*E:(j+1)*E])
 		}
 	}
-	// out = Σ_slots w·y in slot order, as llama.cpp adds the weighted expert outputs.
 	for t := 0; t < T; t++ {
 		o := out[t*E : (t+1)*E]
 		for j := 0; j < k; j++ {
-			w := ms.wts[t*k+j]
+			w := wts[t*k+j]
 			y := ms.slotOut[(t*k+j)*E : (t*k+j+1)*E]
 			if j == 0 {
 				for i := range o {

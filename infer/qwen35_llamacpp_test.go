@@ -94,36 +94,18 @@ func TestHybridLlamaCppParity(t *testing.T) {
 			llamaReq{Op: "probs", Model: paths[i], Tokens: prompt, Positions: positions, Threads: 1, Ctx: 256},
 			llamaReq{Op: "greedy", Model: paths[i], Tokens: greedyPrompt, N: nGreedy, Threads: 1, Ctx: 256})
 	}
-	var resp struct{ Results []llamaResp }
-	llamacppref.Run(t, map[string]any{"op": "batch", "threads": 1, "requests": reqs}, &resp)
-	if len(resp.Results) != len(reqs) {
-		t.Fatalf("llama.mjs returned %d results for %d requests", len(resp.Results), len(reqs))
-	}
+	resp := llamaBatch(t, reqs)
 	qNear, qTotal := 0, 0
 	for i, c := range cases {
 		exact := c.tol != tolHybridQuant
 		t.Run(c.name, func(t *testing.T) {
-			src, err := OpenGGUF(paths[i])
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer src.Close()
-			m, err := Load(src, Options{Threads: 2, CtxSize: 256})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
-			s, _ := m.NewSession()
-			logits, err := s.Eval(prompt, LogitsAll)
-			if err != nil {
-				t.Fatal(err)
-			}
+			src, s, logits := evalGGUF(t, paths[i], prompt)
 			tol := c.tol
 			strict := bitExactHost()
 			if exact && !strict {
 				tol = max(tol, refDistance(t, src, prompt, logits, c.tol == tolHybridF16))
 			}
-			worst, near := compareDists(t, logits, resp.Results[2*i], len(positions))
+			worst, near := compareDists(t, logits, resp[2*i], len(positions))
 			t.Logf("max |Δp| vs llama.cpp %.2e (tolerance %.2g); positions within %.0e: %d/%d", worst, tol, nearExact, near, len(positions))
 			if worst > tol {
 				t.Errorf("max |Δp| %.3e > %.2g", worst, tol)
@@ -132,7 +114,7 @@ func TestHybridLlamaCppParity(t *testing.T) {
 				qNear += near
 				qTotal += len(positions)
 			}
-			want := resp.Results[2*i+1].Tokens
+			want := resp[2*i+1].Tokens
 			if len(want) != nGreedy {
 				t.Fatalf("llama.cpp greedy returned %d tokens", len(want))
 			}

@@ -38,7 +38,7 @@ func hfInferSource(t *testing.T, dir string) *infer.MapSource {
 	defer src.Close()
 	ms := infer.NewMapSource()
 	for _, kv := range src.Metadata() {
-		ms.Metadata[kv.Key] = goValue(kv.Value)
+		ms.Metadata[kv.Key] = infer.MetaValue(kv.Value)
 	}
 	for _, d := range src.Tensors() {
 		n := int64(1)
@@ -56,40 +56,6 @@ func hfInferSource(t *testing.T, dir string) *infer.MapSource {
 		ms.Add(&infer.Tensor{Name: d.Name, Type: gguf.TypeF32, Dims: d.Shape, Data: b})
 	}
 	return ms
-}
-
-func goValue(v gguf.Value) any {
-	if v.Type() == gguf.ValueArray {
-		if a, ok := gguf.ArrayOf[string](v); ok {
-			return a
-		}
-		if a, ok := gguf.ArrayOf[int32](v); ok {
-			return a
-		}
-		if a, ok := gguf.ArrayOf[uint32](v); ok {
-			return a
-		}
-		if a, ok := gguf.ArrayOf[float32](v); ok {
-			return a
-		}
-		return nil
-	}
-	switch v.Type() {
-	case gguf.ValueString:
-		s, _ := v.AsString()
-		return s
-	case gguf.ValueBool:
-		b, _ := v.AsBool()
-		return b
-	case gguf.ValueFloat32, gguf.ValueFloat64:
-		f, _ := v.AsFloat()
-		return f
-	case gguf.ValueUint8, gguf.ValueUint16, gguf.ValueUint32, gguf.ValueUint64:
-		u, _ := v.AsUint()
-		return u
-	}
-	i, _ := v.AsInt()
-	return i
 }
 
 func evalAll(t *testing.T, src infer.Source, tokens []int32) [][]float32 {
