@@ -10,12 +10,11 @@ import (
 )
 
 // quantizedCopy returns a source whose searched tensors are replaced by their quantize-
-// dequantize round trip (container and group size from the run's policy), with or without
+// dequantize round trip (the container calibration chose), with or without
 // importance weights.
 func quantizedCopy(t testing.TB, ms *metaSource, res *Result, weighted bool) *metaSource {
 	t.Helper()
 	out := &metaSource{md: ms.md, tensors: map[string]*infer.Tensor{}}
-	cfg := res.Config.TurboConfig()
 	for name, tt := range ms.tensors {
 		ch, ok := res.Config.Tensors[name]
 		if !ok {
@@ -32,7 +31,6 @@ func quantizedCopy(t testing.TB, ms *metaSource, res *Result, weighted bool) *me
 		if len(tt.Dims) > 2 {
 			nmat = int(tt.Dims[2])
 		}
-		_, group, _ := cfg.WeightContainer(int64(cols))
 		deq := make([]float32, len(src))
 		for e := 0; e < nmat; e++ {
 			var imp []float32
@@ -40,7 +38,7 @@ func quantizedCopy(t testing.TB, ms *metaSource, res *Result, weighted bool) *me
 				imp, _ = res.Stats.Importance(name, e)
 			}
 			x := src[e*rows*cols : (e+1)*rows*cols]
-			if _, err := quantizeRows(typ, group, x, rows, cols, imp, 0, name, nil, deq[e*rows*cols:(e+1)*rows*cols]); err != nil {
+			if _, err := quantizeRows(typ, x, rows, cols, imp, 0, name, nil, deq[e*rows*cols:(e+1)*rows*cols]); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -23,6 +23,9 @@ type TensorChoice struct {
 	Type string `json:"type"`
 	// GroupSize is the number of consecutive weights sharing a scale (0: the type's block).
 	GroupSize int `json:"group_size"`
+	// ContainerWeightedRMSE is the importance-weighted RMSE of each candidate container of the
+	// same size (int4: Q4_K and IQ4_NL, 4.5 bits per weight); Type is the lowest.
+	ContainerWeightedRMSE map[string]float64 `json:"container_weighted_rmse,omitempty"`
 	// Shape is the tensor's ggml shape.
 	Shape []int64 `json:"shape"`
 	// Weighted reports whether importance weights were available for every matrix.
@@ -92,9 +95,8 @@ type errAcc struct {
 	n                     int64
 }
 
-// quantizeRows quantizes rows with container t (group > 0: shared symmetric group scales) and
-// writes the reconstruction into deq.
-func quantizeRows(t gguf.GGMLType, group int, x []float32, rows, cols int, imp []float32, threads int, name string, buf []byte, deq []float32) ([]byte, error) {
+// quantizeRows quantizes rows with container t and writes the reconstruction into deq.
+func quantizeRows(t gguf.GGMLType, x []float32, rows, cols int, imp []float32, threads int, name string, buf []byte, deq []float32) ([]byte, error) {
 	rs, err := quant.RowSize(t, cols)
 	if err != nil {
 		return buf, fmt.Errorf("calib: tensor %s: %w", name, err)
@@ -104,15 +106,7 @@ func quantizeRows(t gguf.GGMLType, group int, x []float32, rows, cols int, imp [
 	}
 	buf = buf[:rows*rs]
 	opts := &quant.Options{Importance: imp, Mode: quant.ModeImproved, Threads: threads, TensorName: name}
-	if group > 0 && (t == gguf.TypeQ4_0 || t == gguf.TypeQ8_0) {
-		bits := 4
-		if t == gguf.TypeQ8_0 {
-			bits = 8
-		}
-		if _, err := quant.QuantizeSymmetricGroups(bits, group, buf, x, rows, cols, opts); err != nil {
-			return buf, err
-		}
-	} else if err := quant.Quantize(t, buf, x, rows, cols, opts); err != nil {
+	if err := quant.Quantize(t, buf, x, rows, cols, opts); err != nil {
 		return buf, err
 	}
 	if err := quant.Dequantize(t, deq[:rows*cols], buf); err != nil {
@@ -158,8 +152,9 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 		nmat = int(shape[2])
 	}
 	cfg := o.Config
-	t, group, note := cfg.WeightContainer(int64(cols))
-	ch := &TensorChoice{Type: t.String(), GroupSize: group, Shape: append([]int64(nil), shape...), BPW: bpw(t), Note: note, Weighted: true}
+	cands := cfg.WeightCandidates(int64(cols))
+	t := cands[0]
+	ch := &TensorChoice{Type: t.String(), Shape: append([]int64(nil), shape...), BPW: bpw(t), Weighted: true}
 	tr, _ := t.Traits()
 	if !tr.Quantized {
 		return ch, nil
@@ -170,7 +165,7 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 	} else {
 		alt.WeightDType = "int8"
 	}
-	at, agroup, _ := alt.WeightContainer(int64(cols))
+	at := alt.WeightCandidates(int64(cols))[0]
 	if o.NoSensitivity {
 		at = 0
 	}
@@ -197,51 +192,83 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 	x := make([]float32, chunkRows*cols)
 	deq := make([]float32, chunkRows*cols)
 	var qbuf []byte
-	var main, base, altAcc errAcc
-	var outMSE, altMSE float64
 	for e := 0; e < nmat; e++ {
-		w := imp(e)
-		if w == nil {
+		if w := imp(e); w == nil {
 			ch.Weighted = false
 		} else if len(w) != cols {
 			return nil, fmt.Errorf("calib: tensor %s: importance has %d values, rows have %d", name, len(w), cols)
 		}
-		p := share(e)
-		for c0 := 0; c0 < len(sel); c0 += chunkRows {
-			idx := sel[c0:min(c0+chunkRows, len(sel))]
-			n := len(idx)
-			xs := x[:n*cols]
-			for i := 0; i < n; {
-				j := i + 1
-				for j < n && idx[j] == idx[j-1]+1 {
-					j++
-				}
-				if err := read(e, idx[i], j-i, xs[i*cols:j*cols]); err != nil {
-					return nil, err
-				}
-				i = j
+	}
+	// measure quantizes the sampled rows of every matrix with type qt (importance-weighted
+	// when weighted is set; the same call convert makes) and accumulates the errors, weighted
+	// by the importance where it is known; it returns the accumulator and Σ_e p_e·(weighted
+	// squared error of matrix e).
+	measure := func(qt gguf.GGMLType, weighted bool) (errAcc, float64, error) {
+		var acc errAcc
+		var out float64
+		for e := 0; e < nmat; e++ {
+			w := imp(e)
+			qw := w
+			if !weighted {
+				qw = nil
 			}
-			var err error
-			if qbuf, err = quantizeRows(t, group, xs, n, cols, w, o.Threads, name, qbuf, deq); err != nil {
-				return nil, err
-			}
-			before := main.wsq
-			main.add(xs, deq[:n*cols], w, cols)
-			outMSE += p * (main.wsq - before)
-			if w != nil && !o.NoBaseline {
-				if qbuf, err = quantizeRows(t, group, xs, n, cols, nil, o.Threads, name, qbuf, deq); err != nil {
-					return nil, err
+			p := share(e)
+			for c0 := 0; c0 < len(sel); c0 += chunkRows {
+				idx := sel[c0:min(c0+chunkRows, len(sel))]
+				n := len(idx)
+				xs := x[:n*cols]
+				for i := 0; i < n; {
+					j := i + 1
+					for j < n && idx[j] == idx[j-1]+1 {
+						j++
+					}
+					if err := read(e, idx[i], j-i, xs[i*cols:j*cols]); err != nil {
+						return acc, 0, err
+					}
+					i = j
 				}
-				base.add(xs, deq[:n*cols], w, cols)
-			}
-			if at != 0 {
-				if qbuf, err = quantizeRows(at, agroup, xs, n, cols, w, o.Threads, name, qbuf, deq); err != nil {
-					return nil, err
+				var err error
+				if qbuf, err = quantizeRows(qt, xs, n, cols, qw, o.Threads, name, qbuf, deq); err != nil {
+					return acc, 0, err
 				}
-				before := altAcc.wsq
-				altAcc.add(xs, deq[:n*cols], w, cols)
-				altMSE += p * (altAcc.wsq - before)
+				before := acc.wsq
+				acc.add(xs, deq[:n*cols], w, cols)
+				out += p * (acc.wsq - before)
 			}
+		}
+		return acc, out, nil
+	}
+	// the container: the candidate with the lowest importance-weighted error
+	var main errAcc
+	var outMSE float64
+	for k, ct := range cands {
+		acc, out, err := measure(ct, true)
+		if err != nil {
+			return nil, err
+		}
+		if len(cands) > 1 {
+			if ch.ContainerWeightedRMSE == nil {
+				ch.ContainerWeightedRMSE = map[string]float64{}
+			}
+			ch.ContainerWeightedRMSE[ct.String()] = math.Sqrt(acc.wsq / acc.w)
+		}
+		if k == 0 || acc.wsq < main.wsq {
+			t, main, outMSE = ct, acc, out
+		}
+	}
+	ch.Type, ch.BPW = t.String(), bpw(t)
+	var base errAcc
+	var altMSE float64
+	if ch.Weighted && !o.NoBaseline {
+		var err error
+		if base, _, err = measure(t, false); err != nil {
+			return nil, err
+		}
+	}
+	if at != 0 {
+		var err error
+		if _, altMSE, err = measure(at, true); err != nil {
+			return nil, err
 		}
 	}
 	// the sums cover the sampled rows: scale the per-token output error to all rows

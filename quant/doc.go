@@ -7,8 +7,7 @@
 // importance weights, llama-quantize's imatrix algorithms), and ModeImproved runs a
 // more thorough search that minimises the importance-weighted squared error of the
 // stored blocks and is never worse than ModeReference on that measure.
-// QuantizeSymmetricGroups maps symmetric int4/int8 groups of 32–256 weights onto
-// Q4_0/Q8_0 blocks that share one scale. See docs/quantization.md.
+// See docs/quantization.md.
 //
 // The package does no I/O. SIMD dot-product kernels live in quant/kernels.
 package quant

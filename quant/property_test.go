@@ -2,7 +2,6 @@ package quant
 
 import (
 	"bytes"
-	"encoding/binary"
 	"math"
 	"strings"
 	"testing"
@@ -121,11 +120,6 @@ func TestNonFiniteRejected(t *testing.T) {
 				}
 			}
 		}
-	}
-	x := gaussian(5, 256)
-	x[3] = float32(math.NaN())
-	if _, err := QuantizeSymmetricGroups(4, 128, make([]byte, 8*18), x, 1, 256, &Options{TensorName: "w"}); err == nil || !strings.Contains(err.Error(), `"w"`) {
-		t.Errorf("symmetric groups: NaN accepted or unnamed: %v", err)
 	}
 }
 
@@ -271,63 +265,6 @@ func TestZeroImportance(t *testing.T) {
 	}
 }
 
-func TestSymmetricGroups(t *testing.T) {
-	x := studentT3(31, 8*512)
-	im := importanceFor(x, 512, 9)
-	// groupSize 32 reference == ggml's Q4_0 / Q8_0 reference.
-	for _, bits := range []int{4, 8} {
-		want := gguf.TypeQ4_0
-		if bits == 8 {
-			want = gguf.TypeQ8_0
-		}
-		a := make([]byte, 8*mustRowSize(t, want, 512))
-		b := make([]byte, len(a))
-		typ, err := QuantizeSymmetricGroups(bits, 32, a, x, 8, 512, nil)
-		if err != nil || typ != want {
-			t.Fatalf("bits %d: %v %v", bits, typ, err)
-		}
-		if err := Quantize(want, b, x, 8, 512, nil); err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(a, b) {
-			t.Errorf("bits %d group 32: differs from %v reference", bits, want)
-		}
-		for _, g := range []int{64, 128, 256} {
-			var errs [2]float64
-			for m, mode := range []Mode{ModeReference, ModeImproved} {
-				if _, err := QuantizeSymmetricGroups(bits, g, a, x, 8, 512, &Options{Mode: mode, Importance: im}); err != nil {
-					t.Fatal(err)
-				}
-				bs := sizeQ4_0
-				if bits == 8 {
-					bs = sizeQ8_0
-				}
-				for blk := 0; blk < len(a)/bs; blk++ {
-					first := blk / (g / 32) * (g / 32)
-					if binary.LittleEndian.Uint16(a[blk*bs:]) != binary.LittleEndian.Uint16(a[first*bs:]) {
-						t.Fatalf("bits %d group %d: block %d does not share its group's scale", bits, g, blk)
-					}
-				}
-				y := make([]float32, len(x))
-				mustDeq(t, want, y, a)
-				errs[m] = weightedTensorSSE(x, y, 512, im)
-			}
-			if errs[1] > errs[0] {
-				t.Errorf("bits %d group %d: improved weighted SSE %g > reference %g", bits, g, errs[1], errs[0])
-			}
-			t.Logf("int%d group %3d: weighted SSE reference %.4g improved %.4g", bits, g, errs[0], errs[1])
-		}
-	}
-	if _, err := QuantizeSymmetricGroups(3, 32, nil, nil, 0, 32, nil); err == nil {
-		t.Error("3 bits accepted")
-	}
-	if _, err := QuantizeSymmetricGroups(4, 48, nil, nil, 0, 96, nil); err == nil {
-		t.Error("group 48 accepted")
-	}
-	if _, err := QuantizeSymmetricGroups(4, 128, nil, nil, 0, 96, nil); err == nil {
-		t.Error("ncols not multiple of group accepted")
-	}
-}
 
 func TestMeasure(t *testing.T) {
 	x := []float32{1, -2, 3, 4}

@@ -472,20 +472,16 @@ func checkTurboQuant(m *gguf.Model) Check {
 	} else {
 		c.fail("turboquant.skip_layers does not contain lm_head (the output projection must stay F16)")
 	}
-	sym := true
-	if b, err := md.GetBool("turboquant.symmetric"); err == nil {
-		sym = b
-	}
 	var mism []string
 	for _, t := range m.Tensors() {
 		role := policy.Role(t.Name)
 		switch role {
 		case "o_proj", "down_proj":
-			if !atLeast8Bit[t.Type] && !(slices.Contains(layers, role) && containerOK(t.Type, wd, sym)) {
+			if !atLeast8Bit[t.Type] && !(slices.Contains(layers, role) && containerOK(t.Type, wd)) {
 				c.fail("%s (%s) is %s; the policy keeps it at 8 bits or more", t.Name, role, t.Type)
 			}
 		}
-		if role != "" && role != "lm_head" && slices.Contains(layers, role) && !containerOK(t.Type, wd, sym) && !atLeast8Bit[t.Type] {
+		if role != "" && role != "lm_head" && slices.Contains(layers, role) && !containerOK(t.Type, wd) && !atLeast8Bit[t.Type] {
 			mism = append(mism, fmt.Sprintf("%s (%s) is %s", t.Name, role, t.Type))
 		}
 	}
@@ -500,15 +496,12 @@ func checkTurboQuant(m *gguf.Model) Check {
 	return c
 }
 
-// containerOK reports whether t is a container tq uses for the weight dtype (policy
-// WeightContainer), or a coarser one chosen by calibration.
-func containerOK(t gguf.GGMLType, wd string, sym bool) bool {
+// containerOK reports whether t is a container the policy writes for the weight dtype
+// (policy.TurboConfig.WeightCandidates: int4 in the 4.5-bit Q4_K or IQ4_NL, int8 in Q8_0).
+func containerOK(t gguf.GGMLType, wd string) bool {
 	switch wd {
 	case "int4":
-		if sym {
-			return t == gguf.TypeQ4_0
-		}
-		return t == gguf.TypeQ4_K || t == gguf.TypeQ4_1
+		return t == gguf.TypeQ4_K || t == gguf.TypeIQ4_NL
 	case "int8":
 		return t == gguf.TypeQ8_0
 	}

@@ -28,7 +28,8 @@ import (
 // largest cost decrease per extra byte (on each tensor's lower convex hull) while the total
 // stays within the budget, which minimises the summed predicted error for a given size (up to
 // the granularity of whole-tensor steps). Tensors policy.KeepsHighPrecision names (Qwen3.5's
-// ssm_alpha / ssm_beta) are pinned to F16.
+// ssm_alpha / ssm_beta) are pinned to F16. With --use-turboquant the policy's type of each free
+// tensor is its floor: the ladder keeps only types of at least as many bytes (ladderAbove).
 const budgetSampleRows = 32
 
 var (
@@ -44,6 +45,25 @@ func ladderFor(cols int64) []gguf.GGMLType {
 		return ladder32
 	}
 	return []gguf.GGMLType{gguf.TypeF16}
+}
+
+// ladderAbove keeps the types of lad that cost at least as many bytes per row as floor, with
+// floor itself first when lad lacks it (gguf.TypeCount: no floor).
+func ladderAbove(lad []gguf.GGMLType, floor gguf.GGMLType, cols int64) []gguf.GGMLType {
+	if floor == gguf.TypeCount {
+		return lad
+	}
+	fb, err := floor.RowBytes(cols)
+	if err != nil {
+		return lad
+	}
+	out := []gguf.GGMLType{floor}
+	for _, t := range lad {
+		if b, err := t.RowBytes(cols); err == nil && b >= fb && t != floor {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 type budgetOption struct {
@@ -104,7 +124,12 @@ func solveBudget(p *Plan, ts []policy.Tensor, ds []policy.Decision, reads []func
 			fixedBytes += rb * (t.Elements() / t.Cols())
 			continue
 		}
-		bt, err := measureTensor(i, t, reads[i], rowsPerMatrix[i], imp, opts)
+		// turboquant's types are a floor: a budget spends extra bits, never fewer
+		var floor gguf.GGMLType = gguf.TypeCount
+		if opts.TurboQuant {
+			floor = d.Type
+		}
+		bt, err := measureTensor(i, t, reads[i], rowsPerMatrix[i], imp, opts, floor)
 		if err != nil {
 			return nil, err
 		}
@@ -141,7 +166,6 @@ func solveBudget(p *Plan, ts []policy.Tensor, ds []policy.Decision, reads []func
 		o := bt.hull[bt.at]
 		d := &out[bt.idx]
 		d.Type = o.typ
-		d.GroupSize = 0
 		d.Fallback = false
 		d.Rule = fmt.Sprintf("budget: predicted rel. error %.2e", o.cost/float64(max(1, ts[bt.idx].Elements())))
 	}
@@ -155,10 +179,10 @@ func solveBudget(p *Plan, ts []policy.Tensor, ds []policy.Decision, reads []func
 
 // measureTensor builds the convex hull of (bytes, predicted cost) over the tensor's ladder.
 func measureTensor(idx int, t policy.Tensor, read func(r0, n int64, dst []float32) error, rowsPerMatrix int64,
-	imp *importanceLookup, opts *Options) (*budgetTensor, error) {
+	imp *importanceLookup, opts *Options, floor gguf.GGMLType) (*budgetTensor, error) {
 	cols := t.Cols()
 	rows := t.Elements() / cols
-	lad := ladderFor(cols)
+	lad := ladderAbove(ladderFor(cols), floor, cols)
 	var impFn func(int64) ([]float32, error)
 	if imp.enabled() {
 		f, err := imp.forTensor(t.Name, cols)

@@ -93,17 +93,29 @@ func TestTargetBPW(t *testing.T) {
 	if _, err := PlanConvert(dir, Options{TargetBPW: 1.0}); err == nil || !strings.Contains(err.Error(), "smallest possible") {
 		t.Errorf("infeasible budget: %v", err)
 	}
-	// max-size with turboquant: lm_head stays F16 (fixed), the rest fits the size
-	p, err := PlanConvert(dir, Options{TurboQuant: true, MaxSize: 1_500_000})
+	// max-size with turboquant: the policy's types are a floor (a budget below the policy's own
+	// size is refused), lm_head stays F16 (fixed), and the extra bytes go to some tensors
+	base, err := PlanConvert(dir, Options{TurboQuant: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Bytes > 1_500_000 {
-		t.Errorf("max-size: %d bytes", p.Bytes)
+	if _, err := PlanConvert(dir, Options{TurboQuant: true, MaxSize: base.Bytes - 1}); err == nil || !strings.Contains(err.Error(), "smallest possible") {
+		t.Errorf("turboquant budget below the policy's size: %v", err)
 	}
-	for _, pt := range p.Tensors {
+	limit := base.Bytes + base.Bytes/10
+	p, err := PlanConvert(dir, Options{TurboQuant: true, MaxSize: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Bytes > limit || p.Bytes <= base.Bytes {
+		t.Errorf("max-size %d: %d bytes (policy alone %d)", limit, p.Bytes, base.Bytes)
+	}
+	for i, pt := range p.Tensors {
 		if pt.Name == "output.weight" && pt.Type != "f16" {
 			t.Errorf("budget changed the skipped lm_head to %s", pt.Type)
+		}
+		if pt.Bytes < base.Tensors[i].Bytes {
+			t.Errorf("%s: budget went below the policy (%s, %d bytes < %s, %d)", pt.Name, pt.Type, pt.Bytes, base.Tensors[i].Type, base.Tensors[i].Bytes)
 		}
 	}
 }

@@ -298,7 +298,7 @@ func planHF(m *hfModel, opts *Options) (*Plan, error) {
 	for i, tp := range m.plans {
 		d := decisions[i]
 		j := &job{name: tp.name, shape: tp.shape, rows: tp.rows, cols: tp.cols, rowsPerMatrix: tp.rowsPerMatrix,
-			typ: d.Type, group: d.GroupSize, read: tp.read}
+			typ: d.Type, read: tp.read}
 		if opts.Improved || d.Weighted {
 			j.mode = quant.ModeImproved
 		}
@@ -314,7 +314,7 @@ func planHF(m *hfModel, opts *Options) (*Plan, error) {
 			src = tp.parts[0].src.info.DType.String()
 		}
 		p.Tensors = append(p.Tensors, PlanTensor{Name: tp.name, Type: d.Type.String(), Shape: tp.shape, Bytes: nb,
-			Rule: d.Rule, SourceType: src, Sources: tp.sources, Importance: j.importance != nil, GroupSize: d.GroupSize})
+			Rule: d.Rule, SourceType: src, Sources: tp.sources, Importance: j.importance != nil})
 		if d.Fallback {
 			p.Fallbacks++
 		}

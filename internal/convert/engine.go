@@ -22,7 +22,6 @@ type job struct {
 	rows, cols    int64
 	rowsPerMatrix int64
 	typ           gguf.GGMLType
-	group         int // shared-scale group for Q4_0/Q8_0 (0 = native)
 	mode          quant.Mode
 	// read fills dst[:n*cols] with rows [r0, r0+n) as float32.
 	read func(r0, n int64, dst []float32) error
@@ -269,12 +268,6 @@ func encodeItem(it *workItem, pool *sync.Pool) error {
 			if err != nil {
 				return err
 			}
-		}
-		if j.group > 0 && (j.typ == gguf.TypeQ4_0 || j.typ == gguf.TypeQ8_0) {
-			if err := quantizeGrouped(j.typ, out, src, int(it.n), int(j.cols), j.group, imp); err != nil {
-				return fmt.Errorf("tensor %s: %w", j.name, err)
-			}
-			break
 		}
 		opts := &quant.Options{Importance: imp, Mode: j.mode, Threads: 1, TensorName: j.name}
 		if err := quant.Quantize(j.typ, out, src, int(it.n), int(j.cols), opts); err != nil {

@@ -43,7 +43,6 @@ type PlanTensor struct {
 	SourceType string   `json:"source_type"`
 	Sources    []string `json:"sources,omitempty"`
 	Importance bool     `json:"importance,omitempty"`
-	GroupSize  int      `json:"group_size,omitempty"`
 }
 
 // Metadata returns the GGUF metadata the output will carry (tensor data excluded).

@@ -393,13 +393,14 @@ func readFile(t testing.TB, path string) string {
 // dt_bias and norms, chooses types for every other new tensor kind, and meets the budget.
 func TestHybridTargetBPW(t *testing.T) {
 	dir := genModel(t, fixtures.Preset("qwen35moe"))
-	for _, turbo := range []bool{false, true} {
-		p, err := PlanConvert(dir, Options{OutType: "f16", TargetBPW: 5, TurboQuant: turbo})
+	// turboquant's own mixture (6.6 bpw on this fixture) is the floor of a budget on top of it
+	for turbo, target := range map[bool]float64{false: 5, true: 7.5} {
+		p, err := PlanConvert(dir, Options{OutType: "f16", TargetBPW: target, TurboQuant: turbo})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p.BPW > 5.0001 {
-			t.Errorf("turbo %v: %.3f bpw over the 5 bpw budget", turbo, p.BPW)
+		if p.BPW > target+0.0001 {
+			t.Errorf("turbo %v: %.3f bpw over the %.0f bpw budget", turbo, p.BPW, target)
 		}
 		free := 0
 		for _, pt := range p.Tensors {

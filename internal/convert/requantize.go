@@ -164,7 +164,7 @@ func planGGUF(g *ggufModel, opts *RequantizeOptions) (*Plan, error) {
 		mt := mts[i]
 		cols := t.Cols()
 		j := &job{name: t.Name, shape: t.Shape, rows: t.Elements() / max(1, cols), cols: cols, rowsPerMatrix: rpm[i],
-			typ: d.Type, group: d.GroupSize, read: reads[i]}
+			typ: d.Type, read: reads[i]}
 		if o.Improved || d.Weighted {
 			j.mode = quant.ModeImproved
 		}
@@ -191,7 +191,7 @@ func planGGUF(g *ggufModel, opts *RequantizeOptions) (*Plan, error) {
 			return nil, err
 		}
 		p.Tensors = append(p.Tensors, PlanTensor{Name: t.Name, Type: d.Type.String(), Shape: t.Shape, Bytes: nb,
-			Rule: d.Rule, SourceType: mt.Type.String(), Importance: j.importance != nil, GroupSize: d.GroupSize})
+			Rule: d.Rule, SourceType: mt.Type.String(), Importance: j.importance != nil})
 		if d.Fallback {
 			p.Fallbacks++
 		}

@@ -20,10 +20,6 @@ type Decision struct {
 	Fallback bool
 	// Rule is a short explanation (for --dry-run).
 	Rule string
-	// GroupSize is the number of consecutive weights sharing one quantization scale when it is
-	// larger than the type's native block (turboquant int4/int8 groups of 64/128 stored in
-	// Q4_0/Q8_0 blocks that repeat the group's scale); 0 means the native block.
-	GroupSize int
 	// Weighted asks for the importance-weighted search (turboquant) when importance is available.
 	Weighted bool
 	// Fixed marks a choice the user made explicitly (--tensor-type, --output-tensor-type,

@@ -48,8 +48,8 @@ func TestTurboHybridKinds(t *testing.T) {
 	}
 	m := byName(ds)
 	want := map[string]gguf.GGMLType{
-		"blk.0.attn_qkv.weight":           gguf.TypeQ4_0, // with q_proj/k_proj/v_proj
-		"blk.0.attn_gate.weight":          gguf.TypeQ4_0, // with gate_proj
+		"blk.0.attn_qkv.weight":           gguf.TypeQ4_K, // with q_proj/k_proj/v_proj
+		"blk.0.attn_gate.weight":          gguf.TypeQ4_K, // with gate_proj
 		"blk.0.ssm_alpha.weight":          gguf.TypeF16,  // recurrent gate projections stay F16
 		"blk.0.ssm_beta.weight":           gguf.TypeF16,
 		"blk.0.ssm_conv1d.weight":         gguf.TypeF32, // never quantized
@@ -58,10 +58,10 @@ func TestTurboHybridKinds(t *testing.T) {
 		"blk.0.ssm_norm.weight":           gguf.TypeF32,
 		"blk.0.ssm_out.weight":            gguf.TypeQ8_0, // like o_proj
 		"blk.0.ffn_gate_inp_shexp.weight": gguf.TypeF32,
-		"blk.0.ffn_gate_shexp.weight":     gguf.TypeQ4_0,
-		"blk.0.ffn_up_shexp.weight":       gguf.TypeQ4_0,
+		"blk.0.ffn_gate_shexp.weight":     gguf.TypeQ4_K,
+		"blk.0.ffn_up_shexp.weight":       gguf.TypeQ4_K,
 		"blk.0.ffn_down_shexp.weight":     gguf.TypeQ8_0,
-		"blk.1.attn_q.weight":             gguf.TypeQ4_0,
+		"blk.1.attn_q.weight":             gguf.TypeQ4_K,
 		"blk.2.nextn.eh_proj.weight":      gguf.TypeQ8_0,
 		"blk.2.nextn.enorm.weight":        gguf.TypeF32,
 		"output.weight":                   gguf.TypeF16,
@@ -75,10 +75,9 @@ func TestTurboHybridKinds(t *testing.T) {
 		t.Errorf("ssm_alpha decision %+v", d)
 	}
 	// an explicit tensor_types choice still wins over the F16 pin; o_proj in skip_layers
-	// also keeps ssm_out
+	// also selects ssm_out ("not int4": Q8_0), and a tensor_types choice for it wins
 	cfg := DefaultTurboConfig()
-	cfg.TensorTypes = map[string]string{"blk.0.ssm_beta.weight": "q8_0"}
-	cfg.SkipLayers = append(cfg.SkipLayers, "o_proj")
+	cfg.TensorTypes = map[string]string{"blk.0.ssm_beta.weight": "q8_0", "blk.0.ssm_out.weight": "f16"}
 	ds, err = (&TurboPolicy{Config: cfg}).Assign(ts)
 	if err != nil {
 		t.Fatal(err)

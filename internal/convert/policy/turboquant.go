@@ -20,6 +20,10 @@ const TurboQuantMethod = "turboquant"
 // experts included, since their role is gate_proj/up_proj too).
 var DefaultLayersToQuantize = []string{"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"}
 
+// DefaultSkipLayers is the skip_layers used when a config does not give one: the attention and
+// FFN output projections ("not int4": Q8_0) and lm_head (F16).
+var DefaultSkipLayers = []string{"o_proj", "down_proj", "lm_head"}
+
 // TurboConfig is quantize_config.json as written by `tq calibrate` (documented in
 // docs/formats-convert.md).
 type TurboConfig struct {
@@ -65,10 +69,10 @@ type TensorRecord struct {
 func DefaultTurboConfig() *TurboConfig {
 	sym := true
 	return &TurboConfig{
-		QuantMethod: TurboQuantMethod, WeightDType: "int4", KVCacheDType: "f16", GroupSize: 32,
+		QuantMethod: TurboQuantMethod, WeightDType: "int4", KVCacheDType: "f16", GroupSize: 128,
 		Symmetric: &sym, CalibrationMethod: "none",
 		LayersToQuantize: append([]string(nil), DefaultLayersToQuantize...),
-		SkipLayers:       []string{"lm_head"},
+		SkipLayers:       append([]string(nil), DefaultSkipLayers...),
 	}
 }
 
@@ -123,13 +127,13 @@ func ParseTurboConfig(b []byte) (*TurboConfig, error) {
 		c.LayersToQuantize = append([]string(nil), DefaultLayersToQuantize...)
 	}
 	if _, ok := raw["skip_layers"]; !ok {
-		c.SkipLayers = []string{"lm_head"}
+		c.SkipLayers = append([]string(nil), DefaultSkipLayers...)
 	}
 	if c.WeightDType == "" {
 		c.WeightDType = "int4"
 	}
-	if c.GroupSize == 0 {
-		c.GroupSize = 32
+	if _, ok := raw["group_size"]; !ok {
+		c.GroupSize = 128
 	}
 	if c.Symmetric == nil {
 		sym := true
@@ -218,43 +222,31 @@ func (c *TurboConfig) CheckSkipsLMHead(force bool) error {
 		"or pass --force to quantize it anyway", ErrLMHeadNotSkipped)
 }
 
-// WeightContainer maps the int4/int8 groups of the config onto ggml block types that llama.cpp
-// runs (see docs/formats-convert.md):
+// WeightCandidates lists the ggml block types layers_to_quantize may be written in for rows of
+// cols weights, the default first (see docs/formats-convert.md):
 //
-//	int4, symmetric  -> Q4_0 (group 32 native; 64/128: every Q4_0 block of a group stores the
-//	                    group's shared scale)
-//	int4, asymmetric -> Q4_K (scale+min per 32, super-block 256) when the row length is a
-//	                    multiple of 256, else Q4_1 (scale+min per 32)
-//	int8             -> Q8_0 (group 32 native; 64/128: shared scale repeated per block)
+//	int4 -> Q4_K: 256-weight super-blocks of eight 32-weight sub-blocks, each with a 6-bit scale
+//	        and a 6-bit min under the super-block's fp16 scale and min (4.5 bits per weight);
+//	        then IQ4_NL: one fp16 scale per 32 weights on a non-uniform 16-level grid (also 4.5
+//	        bits per weight). Rows that are not a multiple of 256 can only take IQ4_NL (instead
+//	        of llama.cpp's 5.5-bit Q5_0 fallback for Q4_K).
+//	int8 -> Q8_0: one fp16 scale per 32 weights (8.5 bits per weight).
 //
-// Rows whose length is not a multiple of 32 fall back to F16. It returns the type, the group
-// size to request from the quantizer (0 = native) and a note when something was adapted.
-func (c *TurboConfig) WeightContainer(cols int64) (gguf.GGMLType, int, string) {
-	if cols%32 != 0 {
-		return gguf.TypeF16, 0, fmt.Sprintf("row length %d not a multiple of 32: F16", cols)
+// Calibration measures every candidate and records the one with the lowest importance-weighted
+// error per tensor ("tensors"); without a record the first is used. The ggml container fixes
+// where scales are stored, so group_size (the calibration's granularity, recorded in the config
+// and in the GGUF metadata) and symmetric do not change the bytes. Rows that are not a multiple
+// of 32 get F16.
+func (c *TurboConfig) WeightCandidates(cols int64) []gguf.GGMLType {
+	switch {
+	case cols%32 != 0:
+		return []gguf.GGMLType{gguf.TypeF16}
+	case c.WeightDType == "int8":
+		return []gguf.GGMLType{gguf.TypeQ8_0}
+	case cols%256 != 0:
+		return []gguf.GGMLType{gguf.TypeIQ4_NL}
 	}
-	group := 0
-	if c.GroupSize > 32 {
-		group = c.GroupSize
-		if cols%int64(group) != 0 {
-			group = 0
-		}
-	}
-	sym := c.Symmetric == nil || *c.Symmetric
-	if c.WeightDType == "int8" {
-		note := ""
-		if !sym {
-			note = "int8 asymmetric stored as symmetric Q8_0 (no asymmetric 8-bit ggml type)"
-		}
-		return gguf.TypeQ8_0, group, note
-	}
-	if sym {
-		return gguf.TypeQ4_0, group, ""
-	}
-	if cols%256 == 0 {
-		return gguf.TypeQ4_K, 0, ""
-	}
-	return gguf.TypeQ4_1, 0, ""
+	return []gguf.GGMLType{gguf.TypeQ4_K, gguf.TypeIQ4_NL}
 }
 
 // Role is the Hugging Face module role of a GGUF tensor name: q_proj, k_proj, v_proj, o_proj,
@@ -390,10 +382,11 @@ type TurboPolicy struct {
 //  2. tensor_types (per-tensor choices from calibration);
 //     then Qwen3.5's ssm_alpha / ssm_beta: F16 (KeepsHighPrecision);
 //  3. lm_head (output.weight, or token_embd.weight when embeddings are tied): F16 when skipped;
-//  4. other skip_layers matches: F16;
-//  5. layers_to_quantize matches: the int4/int8 container (importance-weighted search);
+//  4. other skip_layers matches (o_proj, down_proj, ...): "not int4", Q8_0;
+//  5. layers_to_quantize matches: the calibrated container recorded in "tensors" for that
+//     tensor, else the first of WeightCandidates (int4: Q4_K, int8: Q8_0), importance-weighted;
 //  6. token_embd.weight: the embedding type (default Q8_0);
-//  7. everything else (o_proj, down_proj, …): Q8_0.
+//  7. everything else: Q8_0.
 //
 // Every chosen type passes the block-size fallback, so llama.cpp can load the result.
 func (p *TurboPolicy) Assign(ts []Tensor) ([]Decision, error) {
@@ -489,27 +482,18 @@ func (p *TurboPolicy) Assign(ts []Tensor) ([]Decision, error) {
 			d.Fixed = true
 		}
 		if !done && !isHead && match(c.SkipLayers, t, role) {
-			nt, rule, done = gguf.TypeF16, "skip_layers: F16", true
+			nt, rule, done = gguf.TypeQ8_0, "skip_layers: Q8_0", true
 			d.Fixed = true
 		}
 		if !done && match(c.LayersToQuantize, t, headRole) {
-			var g int
-			var note string
-			nt, g, note = c.WeightContainer(t.Cols())
+			nt = c.WeightCandidates(t.Cols())[0]
 			rule = "layers_to_quantize: " + c.WeightDType
 			if r, ok := c.Tensors[t.Name]; ok {
 				nt, _ = gguf.ParseType(r.Type)
-				g = r.GroupSize
-				if g <= 32 || (nt != gguf.TypeQ4_0 && nt != gguf.TypeQ8_0) || t.Cols()%int64(g) != 0 {
-					g = 0
-				}
-				rule, note = "calibrated choice", ""
+				rule = "calibrated choice"
 			}
-			d.GroupSize, d.Weighted = g, true
+			d.Weighted = true
 			done = true
-			if note != "" {
-				rule += " (" + note + ")"
-			}
 		}
 		if !done && role == "embed_tokens" && !isHead {
 			nt, rule, done = embType, "embedding", true
@@ -523,7 +507,6 @@ func (p *TurboPolicy) Assign(ts []Tensor) ([]Decision, error) {
 		}
 		if fb {
 			rule += fmt.Sprintf("; fallback %s->%s (row %d)", nt, ft, t.Cols())
-			d.GroupSize = 0
 		}
 		d.Type, d.Fallback, d.Rule = ft, fb, rule
 		out[i] = d

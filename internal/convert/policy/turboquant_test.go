@@ -51,14 +51,14 @@ func TestTurboDefaultPolicy(t *testing.T) {
 		"output.weight":              gguf.TypeF16,
 		"output_norm.weight":         gguf.TypeF32,
 		"blk.0.attn_norm.weight":     gguf.TypeF32,
-		"blk.0.attn_q.weight":        gguf.TypeQ4_0,
-		"blk.0.attn_k.weight":        gguf.TypeQ4_0,
-		"blk.0.attn_v.weight":        gguf.TypeQ4_0,
+		"blk.0.attn_q.weight":        gguf.TypeQ4_K,
+		"blk.0.attn_k.weight":        gguf.TypeQ4_K,
+		"blk.0.attn_v.weight":        gguf.TypeQ4_K,
 		"blk.0.attn_output.weight":   gguf.TypeQ8_0,
 		"blk.0.attn_q_norm.weight":   gguf.TypeF32,
 		"blk.0.ffn_gate_inp.weight":  gguf.TypeF32,
-		"blk.1.ffn_gate_exps.weight": gguf.TypeQ4_0,
-		"blk.1.ffn_up_exps.weight":   gguf.TypeQ4_0,
+		"blk.1.ffn_gate_exps.weight": gguf.TypeQ4_K,
+		"blk.1.ffn_up_exps.weight":   gguf.TypeQ4_K,
 		"blk.1.ffn_down_exps.weight": gguf.TypeQ8_0,
 	}
 	for n, wt := range want {
@@ -72,28 +72,26 @@ func TestTurboDefaultPolicy(t *testing.T) {
 }
 
 func TestTurboMappingAndConfigs(t *testing.T) {
+	// the stated policy: int4 in Q4_K (IQ4_NL, also 4.5 bits, where rows are not a multiple
+	// of 256), int8 in Q8_0, whatever group_size and symmetric say
 	sym, asym := true, false
 	cases := []struct {
 		dtype string
 		group int
 		sym   *bool
 		cols  int64
-		want  gguf.GGMLType
-		g     int
+		want  []gguf.GGMLType
 	}{
-		{"int4", 32, &sym, 256, gguf.TypeQ4_0, 0},
-		{"int4", 128, &sym, 256, gguf.TypeQ4_0, 128},
-		{"int4", 128, &sym, 96, gguf.TypeQ4_0, 0}, // 96 not a multiple of 128: native groups
-		{"int4", 64, &asym, 256, gguf.TypeQ4_K, 0},
-		{"int4", 64, &asym, 96, gguf.TypeQ4_1, 0},
-		{"int8", 64, &sym, 256, gguf.TypeQ8_0, 64},
-		{"int4", 32, &sym, 100, gguf.TypeF16, 0},
+		{"int4", 32, &sym, 256, []gguf.GGMLType{gguf.TypeQ4_K, gguf.TypeIQ4_NL}},
+		{"int4", 128, &asym, 512, []gguf.GGMLType{gguf.TypeQ4_K, gguf.TypeIQ4_NL}},
+		{"int4", 128, &sym, 96, []gguf.GGMLType{gguf.TypeIQ4_NL}},
+		{"int8", 64, &sym, 256, []gguf.GGMLType{gguf.TypeQ8_0}},
+		{"int4", 32, &sym, 100, []gguf.GGMLType{gguf.TypeF16}},
 	}
 	for _, c := range cases {
 		cfg := &TurboConfig{WeightDType: c.dtype, GroupSize: c.group, Symmetric: c.sym}
-		got, g, _ := cfg.WeightContainer(c.cols)
-		if got != c.want || g != c.g {
-			t.Errorf("%+v: got %v/%d", c, got, g)
+		if got := cfg.WeightCandidates(c.cols); fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("%+v: got %v", c, got)
 		}
 	}
 
@@ -129,7 +127,7 @@ func TestTurboMappingAndConfigs(t *testing.T) {
 		"blk.0.attn_q.weight":        gguf.TypeQ8_0, // self_attn, int8
 		"blk.0.ffn_down_exps.weight": gguf.TypeQ8_0,
 		"blk.0.ffn_gate_exps.weight": gguf.TypeQ8_0, // not listed
-		"blk.1.attn_q.weight":        gguf.TypeF16,  // layer 1 skipped
+		"blk.1.attn_q.weight":        gguf.TypeQ8_0, // layer 1 skipped: not int4
 		"token_embd.weight":          gguf.TypeQ6_K,
 	}
 	for n, wt := range checks {
@@ -140,14 +138,14 @@ func TestTurboMappingAndConfigs(t *testing.T) {
 	if !m["blk.0.attn_v.weight"].Fixed || !m["blk.1.attn_q.weight"].Fixed || m["blk.0.attn_q.weight"].Fixed {
 		t.Error("fixed flags wrong")
 	}
-	// calibration records: their type/group are used for the quantized layers
+	// calibration records: their container is used for the quantized layers
 	cfg, err = ParseTurboConfig([]byte(`{"quant_method":"turboquant","group_size":32,"calibration":{"x":1},
-		"tensors":{"blk.0.attn_q.weight":{"type":"q4_0","group_size":128,"rmse":0.1},"blk.0.attn_output.weight":{"type":"q4_0"}}}`))
+		"tensors":{"blk.0.attn_q.weight":{"type":"iq4_nl","group_size":0,"rmse":0.1},"blk.0.attn_output.weight":{"type":"q4_0"}}}`))
 	if err != nil || len(cfg.Unknown) != 0 {
 		t.Fatalf("%v %v", err, cfg.Unknown)
 	}
 	m = byName(must((&TurboPolicy{Config: cfg}).Assign(moeTensors(1))))
-	if d := m["blk.0.attn_q.weight"]; d.Type != gguf.TypeQ4_0 || d.GroupSize != 128 || d.Rule != "calibrated choice" {
+	if d := m["blk.0.attn_q.weight"]; d.Type != gguf.TypeIQ4_NL || d.Rule != "calibrated choice" {
 		t.Errorf("calibrated attn_q: %+v", d)
 	}
 	if d := m["blk.0.attn_output.weight"]; d.Type != gguf.TypeQ8_0 {
@@ -190,7 +188,8 @@ func TestParseTurboConfigErrors(t *testing.T) {
 		}
 	}
 	c, err := ParseTurboConfig([]byte(`{"quant_method":"turboquant"}`))
-	if err != nil || c.WeightDType != "int4" || c.GroupSize != 32 || !*c.Symmetric || len(c.LayersToQuantize) != 5 || c.SkipLayers[0] != "lm_head" {
+	if err != nil || c.WeightDType != "int4" || c.GroupSize != 128 || !*c.Symmetric || len(c.LayersToQuantize) != 5 ||
+		fmt.Sprint(c.SkipLayers) != "[o_proj down_proj lm_head]" {
 		t.Errorf("defaults: %+v %v", c, err)
 	}
 }
