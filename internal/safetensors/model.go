@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/tq-project/tq/internal/boundedread"
 	"github.com/tq-project/tq/internal/mmap"
 )
 
@@ -123,14 +124,7 @@ func openDir(dir string) (*Model, error) {
 }
 
 func openIndex(indexPath, dir string) (*Model, error) {
-	fi, err := os.Stat(indexPath)
-	if err != nil {
-		return nil, fmt.Errorf("safetensors: %w", err)
-	}
-	if fi.Size() > MaxIndexSize {
-		return nil, &IndexError{File: indexPath, Msg: fmt.Sprintf("file is %d bytes, over the %d-byte limit", fi.Size(), MaxIndexSize)}
-	}
-	data, err := os.ReadFile(indexPath)
+	data, err := boundedread.ReadFile(indexPath, "safetensors index", MaxIndexSize)
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)
 	}
@@ -226,18 +220,9 @@ func (m *Model) load(paths []string, idx *indexCheck) error {
 	sort.SliceStable(order, func(a, b int) bool { return paths[order[a]] < paths[order[b]] })
 	for si, oi := range order {
 		path := paths[oi]
-		f, err := os.Open(path)
+		f, fi, err := boundedread.Open(path, "safetensors file")
 		if err != nil {
 			return fmt.Errorf("safetensors: %w", err)
-		}
-		fi, err := f.Stat()
-		if err != nil {
-			f.Close()
-			return fmt.Errorf("safetensors: %w", err)
-		}
-		if !fi.Mode().IsRegular() {
-			f.Close()
-			return fmt.Errorf("safetensors: %s: not a regular file", path)
 		}
 		sh := &shard{path: path, f: f, size: fi.Size()}
 		m.shards = append(m.shards, sh)
