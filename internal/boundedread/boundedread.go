@@ -204,3 +204,26 @@ func FormatSize(n int64) string {
 	}
 	return fmt.Sprintf("%d bytes", n)
 }
+
+// LimitReader returns a reader of r (the file at path, for errors) that fails with an
+// ErrTooLarge error once r holds more than limit bytes, for files that are streamed rather
+// than read whole.
+func LimitReader(r io.Reader, path, kind string, limit int64) io.Reader {
+	return &limitReader{r: io.LimitReader(r, limit+1), path: path, kind: kind, limit: limit}
+}
+
+type limitReader struct {
+	r          io.Reader
+	path, kind string
+	limit, n   int64
+}
+
+func (l *limitReader) Read(p []byte) (int, error) {
+	n, err := l.r.Read(p)
+	l.n += int64(n)
+	if l.n > l.limit {
+		over := int(l.n - l.limit)
+		return n - over, tooLarge(l.path, l.kind, "file grew while being read", l.limit)
+	}
+	return n, err
+}

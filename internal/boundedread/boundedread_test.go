@@ -3,6 +3,7 @@ package boundedread
 import (
 	"bytes"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -95,5 +96,19 @@ func TestFormatSize(t *testing.T) {
 		if got := FormatSize(n); got != want {
 			t.Errorf("FormatSize(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+func TestLimitReader(t *testing.T) {
+	data := []byte("0123456789")
+	for _, limit := range []int64{10, 11, 100} {
+		b, err := io.ReadAll(LimitReader(bytes.NewReader(data), "p", "k", limit))
+		if err != nil || !bytes.Equal(b, data) {
+			t.Fatalf("limit %d: %v, %q", limit, err, b)
+		}
+	}
+	b, err := io.ReadAll(LimitReader(bytes.NewReader(data), "p", "k", 9))
+	if !errors.Is(err, ErrTooLarge) || len(b) > 9 {
+		t.Fatalf("limit 9: %v, %d bytes returned", err, len(b))
 	}
 }

@@ -2,14 +2,16 @@ package policy
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 
 	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/internal/boundedread"
 )
 
 // TurboQuantMethod is the quant_method value of a turboquant quantize_config.json.
@@ -52,6 +54,8 @@ type TurboConfig struct {
 
 	// Unknown lists top-level keys this version does not understand (reported as warnings).
 	Unknown []string `json:"-"`
+	// FileSHA256 is the hex SHA-256 of the file LoadTurboConfig read ("" otherwise).
+	FileSHA256 string `json:"-"`
 }
 
 // TensorRecord is the part of a calibration search result (quantize_config.json "tensors")
@@ -72,25 +76,21 @@ func DefaultTurboConfig() *TurboConfig {
 	}
 }
 
-const maxConfigBytes = 16 << 20
+// MaxConfigBytes bounds the size of a quantize_config.json.
+const MaxConfigBytes = boundedread.MaxJSONConfig
 
 // LoadTurboConfig reads and validates a quantize_config.json.
 func LoadTurboConfig(path string) (*TurboConfig, error) {
-	fi, err := os.Stat(path)
+	b, err := boundedread.ReadFile(path, "quantize config", MaxConfigBytes)
 	if err != nil {
-		return nil, fmt.Errorf("quantize config: %w", err)
-	}
-	if fi.Size() > maxConfigBytes {
-		return nil, fmt.Errorf("quantize config %s: %d bytes is too large for a config file", path, fi.Size())
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("quantize config: %w", err)
+		return nil, err
 	}
 	c, err := ParseTurboConfig(b)
 	if err != nil {
 		return nil, fmt.Errorf("quantize config %s: %w", path, err)
 	}
+	sum := sha256.Sum256(b)
+	c.FileSHA256 = hex.EncodeToString(sum[:])
 	return c, nil
 }
 
