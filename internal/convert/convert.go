@@ -384,12 +384,9 @@ func decide(p *Plan, model policy.Model, ts []policy.Tensor, opts *Options, srcD
 			}
 		}
 		addTurboProvenance(&p.metadata, cfg, cfgPath, opts.Version)
-		imPath := ""
-		if cfg.Imatrix != "" {
-			imPath = cfg.Imatrix
-			if !filepath.IsAbs(imPath) && cfgPath != "" {
-				imPath = filepath.Join(filepath.Dir(cfgPath), imPath)
-			}
+		imPath, err := configImatrixPath(cfgPath, cfg.Imatrix)
+		if err != nil {
+			return nil, 0, "", err
 		}
 		return ds, dominantFileType(ts, ds), imPath, nil
 	}

@@ -161,8 +161,14 @@ type indexCheck struct {
 	shardNames []string // parallel to the paths given to openFiles
 }
 
-// confine joins dir and name and checks that the result, after resolving symlinks, stays
-// inside dir (or inside the blobs folder of a Hugging Face hub cache snapshot).
+// Confine joins dir and name, a relative path read from a file in dir (an index's shard
+// names, quantize_config.json's imatrix), and checks that the result stays inside dir: name
+// must be a clean relative path without "..", and the joined path, after resolving symlinks,
+// must lie inside dir (or inside the blobs folder of a Hugging Face hub cache snapshot). The
+// path must exist. Errors speak of "the model folder".
+func Confine(dir, name string) (string, error) { return confine(dir, name) }
+
+// confine is Confine.
 func confine(dir, name string) (string, error) {
 	if err := checkShardName(name); err != nil {
 		return "", err
