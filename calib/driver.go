@@ -429,7 +429,10 @@ func (r *run) plan() error {
 	tp := &policy.TurboPolicy{Config: r.turbo}
 	ds, err := tp.Assign(ts)
 	if err != nil {
-		return fmt.Errorf("calib: %w", err)
+		return fmt.Errorf("calib: quantize config: %w", err)
+	}
+	for _, w := range tp.Warnings {
+		r.warn("%s", w)
 	}
 	r.decide = map[string]policy.Decision{}
 	for _, d := range ds {
