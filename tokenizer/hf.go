@@ -114,9 +114,11 @@ func hfFileLimit(name string) int64 {
 	switch name {
 	case "tokenizer.json":
 		return boundedread.MaxTokenizerJSON
-	case "tokenizer.model", "tokenizer_config.json", "chat_template.jinja", "chat_template.json":
+	case "tokenizer.model", "tokenizer_config.json":
 		return boundedread.MaxTokenizerFile
 	}
+	// config.json, special_tokens_map.json, added_tokens.json and chat templates (the template
+	// engine refuses sources above 4 MiB anyway).
 	return boundedread.MaxJSONConfig
 }
 

@@ -26,13 +26,12 @@ import (
 // Limits shared by several readers. Parsers with a file type of their own keep their limit
 // beside the parser and pass it to ReadFile.
 const (
-	// MaxJSONConfig bounds small JSON side files: config.json, generation_config.json,
-	// special_tokens_map.json, added_tokens.json, quantize_config.json, --tools files.
+	// MaxJSONConfig bounds small JSON side files: config.json, special_tokens_map.json,
+	// added_tokens.json, chat templates, quantize_config.json, --tools files.
 	MaxJSONConfig = 16 << 20
 	// MaxTokenizerJSON bounds tokenizer.json (the largest real ones are tens of MiB).
 	MaxTokenizerJSON = 256 << 20
-	// MaxTokenizerFile bounds the other tokenizer files: tokenizer.model,
-	// tokenizer_config.json, chat templates.
+	// MaxTokenizerFile bounds tokenizer.model and tokenizer_config.json.
 	MaxTokenizerFile = 64 << 20
 	// MaxPromptFile bounds a prompt file (tq run -f).
 	MaxPromptFile = 64 << 20
