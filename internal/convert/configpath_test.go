@@ -49,3 +49,39 @@ func TestConfigImatrixPathStaysInFolder(t *testing.T) {
 		}
 	}
 }
+
+// Whatever the config says, an accepted imatrix path resolves inside the config's folder.
+func FuzzConfigImatrixPath(f *testing.F) {
+	root := f.TempDir()
+	dir := filepath.Join(root, "calib")
+	if err := os.MkdirAll(filepath.Join(dir, "sub"), 0o755); err != nil {
+		f.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "quantize_config.json")
+	for _, p := range []string{cfg, filepath.Join(dir, "imatrix.gguf"), filepath.Join(dir, "sub", "x"), filepath.Join(root, "outside")} {
+		writeFile(f, p, "x")
+	}
+	_ = os.Symlink(filepath.Join(root, "outside"), filepath.Join(dir, "link"))
+	_ = os.Symlink("sub", filepath.Join(dir, "subdir"))
+	realDir, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, s := range []string{"imatrix.gguf", "../outside", "sub/x", "subdir/x", "link", filepath.Join(dir, "sub", "x"),
+		filepath.Join(root, "outside"), "sub/../imatrix.gguf", "./imatrix.gguf", "/", "..", "sub/./x", "a\x00b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, im string) {
+		p, err := configImatrixPath(cfg, im)
+		if err != nil || im == "" {
+			return
+		}
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			t.Fatalf("accepted %q -> %q, which does not resolve: %v", im, p, err)
+		}
+		if rel, err := filepath.Rel(realDir, real); err != nil || !filepath.IsLocal(rel) {
+			t.Fatalf("accepted %q -> %q, outside %s", im, real, realDir)
+		}
+	})
+}
