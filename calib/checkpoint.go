@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/tq-project/tq/internal/boundedread"
 )
 
 // CheckpointDir is the directory, inside the output directory, that holds an unfinished
@@ -57,14 +59,7 @@ func saveJSON(path string, v any) error {
 }
 
 func loadJSON(path string, v any, limit int64) error {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return err
-	}
-	if fi.Size() > limit {
-		return fmt.Errorf("%s: %d bytes is too large", path, fi.Size())
-	}
-	b, err := os.ReadFile(path)
+	b, err := boundedread.ReadFile(path, "checkpoint file", limit)
 	if err != nil {
 		return err
 	}

@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
+	"github.com/tq-project/tq/internal/boundedread"
 	"github.com/tq-project/tq/internal/convert/policy"
 )
 
@@ -149,14 +149,7 @@ func SaveConfig(path string, c *QuantizeConfig) error {
 // LoadConfig reads a quantize_config.json written by SaveConfig (or by hand: the policy
 // fields alone are enough).
 func LoadConfig(path string) (*QuantizeConfig, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("calib: %w", err)
-	}
-	if fi.Size() > 256<<20 {
-		return nil, fmt.Errorf("calib: %s: %d bytes is too large for a quantize config", path, fi.Size())
-	}
-	b, err := os.ReadFile(path)
+	b, err := boundedread.ReadFile(path, "quantize config", policy.MaxConfigBytes)
 	if err != nil {
 		return nil, fmt.Errorf("calib: %w", err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/infer"
+	"github.com/tq-project/tq/internal/boundedread"
 	"github.com/tq-project/tq/internal/convert"
 	"github.com/tq-project/tq/internal/convert/policy"
 	"github.com/tq-project/tq/tokenizer/tokfile"
@@ -428,7 +429,10 @@ func (r *run) plan() error {
 	tp := &policy.TurboPolicy{Config: r.turbo}
 	ds, err := tp.Assign(ts)
 	if err != nil {
-		return fmt.Errorf("calib: %w", err)
+		return fmt.Errorf("calib: quantize config: %w", err)
+	}
+	for _, w := range tp.Warnings {
+		r.warn("%s", w)
 	}
 	r.decide = map[string]policy.Decision{}
 	for _, d := range ds {
@@ -451,7 +455,7 @@ func (r *run) searched(name string) bool {
 func (r *run) fingerprint(modelDir string) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "tq-calibrate-checkpoint %d\n", checkpointVersion)
-	if b, err := os.ReadFile(filepath.Join(modelDir, "config.json")); err == nil {
+	if b, err := boundedread.ReadFile(filepath.Join(modelDir, "config.json"), "config", boundedread.MaxJSONConfig); err == nil {
 		h.Write(b)
 	}
 	for _, d := range r.src.Tensors() {

@@ -14,6 +14,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/tq-project/tq/internal/boundedread"
 )
 
 // Statistics file format (docs/calibration.md, "Statistics file"): a zstd stream whose
@@ -146,7 +148,7 @@ func SaveStats(path string, s *Stats) error {
 
 // LoadStats reads a statistics file.
 func LoadStats(path string) (*Stats, error) {
-	f, err := os.Open(path)
+	f, _, err := boundedread.Open(path, "statistics file")
 	if err != nil {
 		return nil, fmt.Errorf("calib: %w", err)
 	}

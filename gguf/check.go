@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/tq-project/tq/internal/boundedread"
 )
 
 // Check returns the structural problems of the GGUF file readable through r (size bytes;
@@ -40,15 +42,11 @@ func asProblem(err error, name string) *Problem {
 
 // CheckFile runs Check on the file at path. The error is only for failing to open it.
 func CheckFile(path string) ([]Problem, error) {
-	f, err := os.Open(path)
+	f, st, err := boundedread.Open(path, "GGUF file")
 	if err != nil {
 		return nil, fmt.Errorf("gguf: %w", err)
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("gguf: %w", err)
-	}
 	return Check(f, st.Size(), path), nil
 }
 
@@ -97,15 +95,11 @@ func CheckModel(path string) ([]Problem, error) {
 // ReadHeader parses the header of the GGUF file at path (see ReadFile). It does not
 // follow split sets; use Open for that.
 func ReadHeader(path string) (*File, error) {
-	fh, err := os.Open(path)
+	fh, st, err := boundedread.Open(path, "GGUF file")
 	if err != nil {
 		return nil, fmt.Errorf("gguf: %w", err)
 	}
 	defer fh.Close()
-	st, err := fh.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("gguf: %w", err)
-	}
 	return ReadFile(fh, st.Size(), path)
 }
 

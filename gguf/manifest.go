@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/tq-project/tq/internal/boundedread"
 )
 
 // maxManifestBytes bounds the size of a manifest we are willing to read.
@@ -127,7 +129,7 @@ func VerifyManifest(path string) ([]ManifestResult, error) {
 	var bad []string
 	buf := make([]byte, 1<<20)
 	for _, man := range mans {
-		f, err := os.Open(man)
+		f, _, err := boundedread.Open(man, "manifest")
 		if err != nil {
 			return nil, fmt.Errorf("gguf: %w", err)
 		}
@@ -166,7 +168,7 @@ func VerifyManifest(path string) ([]ManifestResult, error) {
 }
 
 func hashFile(path string, buf []byte) (string, error) {
-	f, err := os.Open(path)
+	f, _, err := boundedread.Open(path, "listed file")
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return "", errors.New("file is missing")

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/tq-project/tq/internal/boundedread"
 	"github.com/tq-project/tq/internal/mmap"
 )
 
@@ -68,18 +69,9 @@ func Open(path string) (*Model, error) {
 }
 
 func (m *Model) openShard(path string) error {
-	f, err := os.Open(path)
+	f, st, err := boundedread.Open(path, "GGUF file")
 	if err != nil {
 		return fmt.Errorf("gguf: %w", err)
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return fmt.Errorf("gguf: %w", err)
-	}
-	if !st.Mode().IsRegular() {
-		f.Close()
-		return fmt.Errorf("gguf: %s: not a regular file", path)
 	}
 	hdr, err := ReadFile(f, st.Size(), path)
 	if err != nil {

@@ -5,18 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
-)
 
-// maxJSONFile bounds the size of the JSON files LoadHF reads.
-const maxJSONFile = 512 << 20
+	"github.com/tq-project/tq/internal/boundedread"
+)
 
 // idSlack bounds how far token ids (and config.json vocab_size) may exceed the number of
 // tokens a tokenizer.json defines (real checkpoints pad by a few hundred), so a hostile file
@@ -48,7 +45,7 @@ func LoadHF(dir string) (*Tokenizer, error) {
 	var f HFFiles
 	read := func(name string, dst *[]byte, required bool) error {
 		p := filepath.Join(dir, name)
-		b, err := readLimited(p)
+		b, err := readLimited(p, name)
 		if err != nil {
 			if !required && errors.Is(err, fs.ErrNotExist) {
 				return nil
@@ -82,8 +79,12 @@ func LoadHF(dir string) (*Tokenizer, error) {
 	if f.ChatTemplateJinja != nil {
 		matches, _ := filepath.Glob(filepath.Join(dir, "additional_chat_templates", "*.jinja"))
 		sort.Strings(matches)
+		if len(matches) > maxAdditionalTemplates {
+			return nil, fmt.Errorf("%s: %d additional chat templates, more than the %d tq reads",
+				filepath.Join(dir, "additional_chat_templates"), len(matches), maxAdditionalTemplates)
+		}
 		for _, m := range matches {
-			b, err := readLimited(m)
+			b, err := readLimited(m, "chat_template.jinja")
 			if err != nil {
 				return nil, err
 			}
@@ -98,20 +99,27 @@ func LoadHF(dir string) (*Tokenizer, error) {
 	return t, nil
 }
 
-func readLimited(path string) ([]byte, error) {
-	fh, err := os.Open(path)
-	if err != nil {
-		return nil, err
+// maxAdditionalTemplates bounds the files read from additional_chat_templates/ (real models
+// have a handful: tool_use, rag, ...).
+const maxAdditionalTemplates = 256
+
+// readLimited reads one file of a Hugging Face folder (name is its role: "tokenizer.json",
+// "config.json", ...) through boundedread, with that file's size limit.
+func readLimited(path, name string) ([]byte, error) {
+	return boundedread.ReadFile(path, "tokenizer file", hfFileLimit(name))
+}
+
+// hfFileLimit is the size limit of each Hugging Face file LoadHF reads.
+func hfFileLimit(name string) int64 {
+	switch name {
+	case "tokenizer.json":
+		return boundedread.MaxTokenizerJSON
+	case "tokenizer.model", "tokenizer_config.json":
+		return boundedread.MaxTokenizerFile
 	}
-	defer fh.Close()
-	b, err := io.ReadAll(io.LimitReader(fh, maxJSONFile+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if len(b) > maxJSONFile {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, maxJSONFile)
-	}
-	return b, nil
+	// config.json, special_tokens_map.json, added_tokens.json and chat templates (the template
+	// engine refuses sources above 4 MiB anyway).
+	return boundedread.MaxJSONConfig
 }
 
 type hfAddedToken struct {

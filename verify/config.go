@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/tq-project/tq/internal/boundedread"
 )
 
 // Thresholds are the gate's limits. A nil field is not checked. Fractions are in [0, 1].
@@ -130,14 +132,7 @@ const MaxConfigBytes = 1 << 20
 // LoadConfig reads a verify.json or verify.yaml file (YAML: flat "key: value" lines; see
 // docs/verify.md). Unknown keys are errors.
 func LoadConfig(path string) (*Config, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	if st.Size() > MaxConfigBytes {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, MaxConfigBytes)
-	}
-	data, err := os.ReadFile(path)
+	data, err := boundedread.ReadFile(path, "verify config", MaxConfigBytes)
 	if err != nil {
 		return nil, err
 	}

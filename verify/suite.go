@@ -6,9 +6,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 
+	"github.com/tq-project/tq/internal/boundedread"
 	"github.com/tq-project/tq/tokenizer/chat"
 )
 
@@ -69,14 +69,8 @@ type suiteConv struct {
 func LoadSuite(path string) (*Suite, error) {
 	data, name := builtinSuite, "built-in suite"
 	if path != "" {
-		st, err := os.Stat(path)
-		if err != nil {
-			return nil, err
-		}
-		if st.Size() > MaxSuiteBytes {
-			return nil, fmt.Errorf("%s: %d bytes, the limit is %d", path, st.Size(), MaxSuiteBytes)
-		}
-		if data, err = os.ReadFile(path); err != nil {
+		var err error
+		if data, err = boundedread.ReadFile(path, "suite file", MaxSuiteBytes); err != nil {
 			return nil, err
 		}
 		name = path

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/infer"
+	"github.com/tq-project/tq/internal/boundedread"
 	"github.com/tq-project/tq/internal/convert"
 	"github.com/tq-project/tq/tokenizer"
 	"github.com/tq-project/tq/verify/reflogits"
@@ -271,7 +272,7 @@ func (s *runState) loadInputs() error {
 	case o.Text != nil:
 		s.text, s.textName = o.Text, o.TextName
 	case o.TextPath != "":
-		b, err := os.ReadFile(o.TextPath)
+		b, err := boundedread.ReadFile(o.TextPath, "text file", boundedread.MaxTextFile)
 		if err != nil {
 			return &Error{fmt.Errorf("--text: %w", err)}
 		}

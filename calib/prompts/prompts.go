@@ -17,13 +17,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
 
+	"github.com/tq-project/tq/internal/boundedread"
 	"github.com/tq-project/tq/tokenizer/chat"
 )
 
@@ -120,21 +120,14 @@ func LoadFiles(paths ...string) ([]Prompt, error) {
 }
 
 func loadFile(p string) ([]Prompt, error) {
-	st, err := os.Stat(p)
-	if err != nil {
+	if err := boundedread.CheckRegular(p, "prompt file"); err != nil {
 		return nil, fmt.Errorf("prompts: %w", err)
-	}
-	if st.IsDir() {
-		return nil, fmt.Errorf("prompts: %s is a directory", p)
-	}
-	if st.Size() > maxFileSize {
-		return nil, fmt.Errorf("prompts: %s is %d bytes, limit %d", p, st.Size(), maxFileSize)
 	}
 	base := filepath.Base(p)
 	stem := strings.TrimSuffix(base, filepath.Ext(base))
 	switch strings.ToLower(filepath.Ext(p)) {
 	case ".txt":
-		data, err := os.ReadFile(p)
+		data, err := boundedread.ReadFile(p, "prompt file", maxFileSize)
 		if err != nil {
 			return nil, fmt.Errorf("prompts: %w", err)
 		}
@@ -144,7 +137,7 @@ func loadFile(p string) ([]Prompt, error) {
 		}
 		return []Prompt{{ID: stem, Kind: KindText, Messages: []chat.Message{{Role: "user", Content: text}}}}, nil
 	case ".json":
-		data, err := os.ReadFile(p)
+		data, err := boundedread.ReadFile(p, "prompt file", maxFileSize)
 		if err != nil {
 			return nil, fmt.Errorf("prompts: %w", err)
 		}
@@ -160,12 +153,15 @@ func loadFile(p string) ([]Prompt, error) {
 }
 
 func loadJSONL(p, stem string) ([]Prompt, error) {
-	f, err := os.Open(p)
+	f, st, err := boundedread.Open(p, "prompt file")
 	if err != nil {
 		return nil, fmt.Errorf("prompts: %w", err)
 	}
 	defer f.Close()
-	sc := bufio.NewScanner(f)
+	if st.Size() > maxFileSize {
+		return nil, fmt.Errorf("prompts: %s is %d bytes, limit %d", p, st.Size(), maxFileSize)
+	}
+	sc := bufio.NewScanner(boundedread.LimitReader(f, p, "prompt file", maxFileSize))
 	sc.Buffer(make([]byte, 64<<10), maxLine)
 	var out []Prompt
 	line := 0

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tq-project/tq/calib"
 	"github.com/tq-project/tq/calib/prompts"
+	"github.com/tq-project/tq/internal/boundedread"
 	"github.com/tq-project/tq/internal/convert"
 	"github.com/tq-project/tq/tokenizer"
 	"github.com/tq-project/tq/tokenizer/tokfile"
@@ -200,8 +201,10 @@ func calibrationSet(dir string, f *calibrateFlags, opts *calib.Options) error {
 	return nil
 }
 
+// isTokenFile reports whether path starts with the token-file magic. A path that is not a
+// regular file is not opened (a FIFO would block); the prompt loader then reports it.
 func isTokenFile(path string) bool {
-	fh, err := os.Open(path)
+	fh, _, err := boundedread.Open(path, "calibration dataset")
 	if err != nil {
 		return false
 	}
@@ -233,12 +236,16 @@ func importStats(dir, path string, opts *calib.Options) error {
 	if err != nil {
 		return err
 	}
-	b, err := os.ReadFile(path)
+	fh, st, err := boundedread.Open(path, "imatrix")
 	if err != nil {
 		return err
 	}
-	sum := sha256.Sum256(b)
-	opts.Import, opts.ImportHash = im, "sha256:"+hex.EncodeToString(sum[:])
+	defer fh.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, io.LimitReader(fh, st.Size())); err != nil {
+		return fmt.Errorf("imatrix %s: %w", path, err)
+	}
+	opts.Import, opts.ImportHash = im, "sha256:"+hex.EncodeToString(h.Sum(nil))
 	opts.Datasets = im.Meta.Datasets
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/tq-project/tq/infer"
 	"github.com/tq-project/tq/infer/cuda"
 	"github.com/tq-project/tq/infer/plan"
+	"github.com/tq-project/tq/internal/boundedread"
 	"github.com/tq-project/tq/tokenizer"
 	"github.com/tq-project/tq/tokenizer/chat"
 )
@@ -156,7 +157,7 @@ type runResult struct {
 func runRun(stdout, stderr io.Writer, path string, o *runOptions, seedSet bool) error {
 	prompt := o.prompt
 	if o.promptFile != "" {
-		b, err := os.ReadFile(o.promptFile)
+		b, err := boundedread.ReadFile(o.promptFile, "prompt file", boundedread.MaxPromptFile)
 		if err != nil {
 			return err
 		}
@@ -340,7 +341,7 @@ func rssString(n int64) string {
 // readToolsFile reads a JSON array of tool definitions, keeping each one's key order (the
 // template serialises them with tojson, and models are trained on that exact text).
 func readToolsFile(path string) ([]json.RawMessage, error) {
-	b, err := os.ReadFile(path)
+	b, err := boundedread.ReadFile(path, "tools file", boundedread.MaxJSONConfig)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tq-project/tq/internal/boundedread"
 	"github.com/tq-project/tq/tokenizer"
 )
 
@@ -105,7 +106,7 @@ func runTokenize(w io.Writer, stdin io.Reader, tok *tokenizer.Tokenizer, o *toke
 	text := o.prompt
 	switch {
 	case o.file != "":
-		b, err := os.ReadFile(o.file)
+		b, err := boundedread.ReadFile(o.file, "text file", boundedread.MaxTextFile)
 		if err != nil {
 			return err
 		}

@@ -12,6 +12,7 @@
 package convert
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -376,7 +377,13 @@ func decide(p *Plan, model policy.Model, ts []policy.Tensor, opts *Options, srcD
 		}
 		ds, err := tp.Assign(ts)
 		if err != nil {
-			return nil, 0, "", err
+			if cfgPath != "" {
+				return nil, 0, "", fmt.Errorf("quantize config %s: %w", cfgPath, err)
+			}
+			return nil, 0, "", fmt.Errorf("quantize config: %w", err)
+		}
+		for _, w := range tp.Warnings {
+			opts.warn(p, "%s: %s", cmp.Or(cfgPath, "default turboquant policy"), w)
 		}
 		if opts.Force {
 			if err := cfg.CheckSkipsLMHead(false); err != nil {
@@ -384,12 +391,9 @@ func decide(p *Plan, model policy.Model, ts []policy.Tensor, opts *Options, srcD
 			}
 		}
 		addTurboProvenance(&p.metadata, cfg, cfgPath, opts.Version)
-		imPath := ""
-		if cfg.Imatrix != "" {
-			imPath = cfg.Imatrix
-			if !filepath.IsAbs(imPath) && cfgPath != "" {
-				imPath = filepath.Join(filepath.Dir(cfgPath), imPath)
-			}
+		imPath, err := configImatrixPath(cfgPath, cfg.Imatrix)
+		if err != nil {
+			return nil, 0, "", err
 		}
 		return ds, dominantFileType(ts, ds), imPath, nil
 	}

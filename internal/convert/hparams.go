@@ -5,9 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/tq-project/tq/internal/boundedread"
 )
 
 // hparams is config.json as convert_hf_to_gguf.py sees it: the root object with the keys of a
@@ -18,20 +19,11 @@ type hparams struct {
 	m    map[string]any
 }
 
-const maxConfigJSON = 64 << 20
-
 func loadHParams(dir string) (*hparams, error) {
 	path := filepath.Join(dir, "config.json")
-	fi, err := os.Stat(path)
+	b, err := boundedread.ReadFile(path, "config", boundedread.MaxJSONConfig)
 	if err != nil {
 		return nil, fmt.Errorf("model folder %s: %w", dir, err)
-	}
-	if fi.Size() > maxConfigJSON {
-		return nil, fmt.Errorf("%s: %d bytes is too large for a config file", path, fi.Size())
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
 	}
 	return parseHParams(path, b)
 }

@@ -1,9 +1,6 @@
 package convert
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"os"
 	"path/filepath"
 
 	"github.com/tq-project/tq/gguf"
@@ -36,12 +33,9 @@ func addTurboProvenance(md *gguf.Metadata, c *policy.TurboConfig, cfgPath, tqVer
 	if len(c.SkipLayers) > 0 {
 		md.Set("turboquant.skip_layers", gguf.Array(append([]string(nil), c.SkipLayers...)))
 	}
-	if cfgPath != "" {
-		if b, err := os.ReadFile(cfgPath); err == nil {
-			sum := sha256.Sum256(b)
-			md.Set("turboquant.config_sha256", gguf.String(hex.EncodeToString(sum[:])))
-			md.Set("turboquant.config_file", gguf.String(filepath.Base(cfgPath)))
-		}
+	if cfgPath != "" && c.FileSHA256 != "" {
+		md.Set("turboquant.config_sha256", gguf.String(c.FileSHA256))
+		md.Set("turboquant.config_file", gguf.String(filepath.Base(cfgPath)))
 	}
 	if c.TQVersion != "" {
 		md.Set("turboquant.calibrated_with", gguf.String(c.TQVersion))

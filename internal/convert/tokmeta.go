@@ -2,11 +2,13 @@ package convert
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"path/filepath"
 
 	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/internal/boundedread"
 	"github.com/tq-project/tq/tokenizer"
 )
 
@@ -27,7 +29,11 @@ func tokenizerMetadata(dir string, arch string) (gguf.Metadata, error) {
 		return nil, fmt.Errorf("tokenizer of %s: %w", dir, err)
 	}
 	if arch == "llama" {
-		if b, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json")); err == nil {
+		b, err := boundedread.ReadFile(filepath.Join(dir, "tokenizer_config.json"), "tokenizer file", boundedread.MaxTokenizerFile)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("tokenizer of %s: %w", dir, err)
+		}
+		if err == nil {
 			var tc struct {
 				AddPrefixSpace *bool `json:"add_prefix_space"`
 			}

@@ -11,10 +11,12 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/tq-project/tq/internal/boundedread"
 )
 
 // MaxConfigSize bounds the size of config.json read into memory.
-const MaxConfigSize = 16 << 20
+const MaxConfigSize = boundedread.MaxJSONConfig
 
 // Sanity bounds on dimensions: far above any real model, low enough that products of a few
 // of them cannot overflow int64.
@@ -114,14 +116,7 @@ func LoadConfig(path string) (*Config, error) {
 	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 		path = filepath.Join(path, "config.json")
 	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("hf: %w", err)
-	}
-	if fi.Size() > MaxConfigSize {
-		return nil, &ConfigError{Path: path, Msg: fmt.Sprintf("file is %d bytes, over the %d-byte limit", fi.Size(), MaxConfigSize)}
-	}
-	data, err := os.ReadFile(path)
+	data, err := boundedread.ReadFile(path, "config", MaxConfigSize)
 	if err != nil {
 		return nil, fmt.Errorf("hf: %w", err)
 	}

@@ -1,10 +1,12 @@
 package hf
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
 
+	"github.com/tq-project/tq/internal/boundedread"
 	"github.com/tq-project/tq/internal/safetensors"
 )
 
@@ -41,18 +43,29 @@ func Open(dir string) (*Folder, error) {
 		return nil, err
 	}
 	f := &Folder{Dir: dir, Config: cfg, Weights: w}
+	// A side file that exists but is not a regular file (a symlink to a device, a FIFO, a
+	// folder) is an error, not an absent file: the tokenizer would otherwise be built without it.
+	var sideErr error
 	side := func(name string) string {
 		p := filepath.Join(dir, name)
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
-			return p
+		if err := boundedread.CheckRegular(p, "model file"); err != nil {
+			sideErr = cmp.Or(sideErr, err)
+			return ""
 		}
-		return ""
+		if _, err := os.Stat(p); err != nil {
+			return ""
+		}
+		return p
 	}
 	f.TokenizerJSON = side("tokenizer.json")
 	f.TokenizerConfig = side("tokenizer_config.json")
 	f.SpecialTokensMap = side("special_tokens_map.json")
 	f.GenerationConfig = side("generation_config.json")
 	f.ChatTemplate = side("chat_template.jinja")
+	if sideErr != nil {
+		w.Close()
+		return nil, fmt.Errorf("hf: %w", sideErr)
+	}
 	return f, nil
 }
 

@@ -12,10 +12,10 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"strings"
 
 	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/internal/boundedread"
 )
 
 // Entry is one tensor's statistics as stored.
@@ -53,28 +53,26 @@ const (
 	maxCount    = 1e18
 )
 
-// Load reads path: a GGUF imatrix, or the legacy format when the file is not GGUF.
+// Load reads path: a GGUF imatrix, or the legacy format when the file is not GGUF. path must
+// be a regular file (or a symlink to one): a FIFO or a device is refused without blocking.
+// A GGUF imatrix is mapped; a legacy one is read whole, at most MaxDatBytes.
 func Load(path string) (*File, error) {
-	f, err := os.Open(path)
+	f, st, err := boundedread.Open(path, "imatrix")
 	if err != nil {
-		return nil, fmt.Errorf("imatrix: %w", err)
+		return nil, err
 	}
 	var magic [4]byte
 	_, err = io.ReadFull(f, magic[:])
-	st, serr := f.Stat()
 	f.Close()
 	if err == nil && string(magic[:]) == gguf.Magic {
 		return ReadGGUF(path)
 	}
-	if serr != nil {
-		return nil, fmt.Errorf("imatrix: %w", serr)
-	}
 	if st.Size() > MaxDatBytes {
-		return nil, fmt.Errorf("imatrix %s: %d bytes is too large for a legacy imatrix", path, st.Size())
+		return nil, fmt.Errorf("imatrix %s: %d bytes is too large for a legacy imatrix (limit %s)", path, st.Size(), boundedread.FormatSize(MaxDatBytes))
 	}
-	b, err := os.ReadFile(path)
+	b, err := boundedread.ReadFile(path, "imatrix", MaxDatBytes)
 	if err != nil {
-		return nil, fmt.Errorf("imatrix: %w", err)
+		return nil, err
 	}
 	im, err := ParseDat(b)
 	if err != nil {

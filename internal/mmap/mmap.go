@@ -9,14 +9,26 @@ import (
 	"os"
 )
 
-// Map maps size bytes of f read-only. The mapping stays valid after f is closed; release it
-// with Unmap. A zero size gives an empty, non-nil slice.
+// Map maps size bytes of f read-only. f must be a regular file (open it with
+// internal/boundedread.Open, which never blocks on a FIFO); Map checks that again with fstat
+// and refuses anything else, and a size beyond the file's. The mapping stays valid after f is
+// closed; release it with Unmap. A zero size gives an empty, non-nil slice.
 func Map(f *os.File, size int64) ([]byte, error) {
-	if size == 0 {
-		return []byte{}, nil
-	}
 	if size < 0 || int64(int(size)) != size {
 		return nil, fmt.Errorf("mmap %s: file of %d bytes cannot be mapped on this platform", f.Name(), size)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("mmap %s: %w", f.Name(), err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("mmap %s: not a regular file (mode %v)", f.Name(), st.Mode().Type())
+	}
+	if size > st.Size() {
+		return nil, fmt.Errorf("mmap %s: %d bytes requested, the file has %d", f.Name(), size, st.Size())
+	}
+	if size == 0 {
+		return []byte{}, nil
 	}
 	b, err := mapFile(f, size)
 	if err != nil {

@@ -48,3 +48,35 @@ func TestMapRejectsBadSizes(t *testing.T) {
 		t.Fatal("negative size accepted")
 	}
 }
+
+func TestMapRejectsNonRegularFiles(t *testing.T) {
+	f, err := os.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := Map(f, 1); err == nil {
+		t.Fatal("a directory was mapped")
+	}
+	if d, err := os.Open(os.DevNull); err == nil {
+		defer d.Close()
+		if _, err := Map(d, 4096); err == nil {
+			t.Fatalf("%s was mapped", os.DevNull)
+		}
+	}
+}
+
+func TestMapRejectsSizeBeyondFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(p, make([]byte, 100), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := Map(f, 4096); err == nil {
+		t.Fatal("a 4096-byte mapping of a 100-byte file was made (touching it past the end raises SIGBUS)")
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/tq-project/tq/internal/boundedread"
 	"github.com/tq-project/tq/internal/mmap"
 )
 
@@ -123,14 +124,7 @@ func openDir(dir string) (*Model, error) {
 }
 
 func openIndex(indexPath, dir string) (*Model, error) {
-	fi, err := os.Stat(indexPath)
-	if err != nil {
-		return nil, fmt.Errorf("safetensors: %w", err)
-	}
-	if fi.Size() > MaxIndexSize {
-		return nil, &IndexError{File: indexPath, Msg: fmt.Sprintf("file is %d bytes, over the %d-byte limit", fi.Size(), MaxIndexSize)}
-	}
-	data, err := os.ReadFile(indexPath)
+	data, err := boundedread.ReadFile(indexPath, "safetensors index", MaxIndexSize)
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)
 	}
@@ -167,8 +161,14 @@ type indexCheck struct {
 	shardNames []string // parallel to the paths given to openFiles
 }
 
-// confine joins dir and name and checks that the result, after resolving symlinks, stays
-// inside dir (or inside the blobs folder of a Hugging Face hub cache snapshot).
+// Confine joins dir and name, a relative path read from a file in dir (an index's shard
+// names, quantize_config.json's imatrix), and checks that the result stays inside dir: name
+// must be a clean relative path without "..", and the joined path, after resolving symlinks,
+// must lie inside dir (or inside the blobs folder of a Hugging Face hub cache snapshot). The
+// path must exist. Errors speak of "the model folder".
+func Confine(dir, name string) (string, error) { return confine(dir, name) }
+
+// confine is Confine.
 func confine(dir, name string) (string, error) {
 	if err := checkShardName(name); err != nil {
 		return "", err
@@ -226,18 +226,9 @@ func (m *Model) load(paths []string, idx *indexCheck) error {
 	sort.SliceStable(order, func(a, b int) bool { return paths[order[a]] < paths[order[b]] })
 	for si, oi := range order {
 		path := paths[oi]
-		f, err := os.Open(path)
+		f, fi, err := boundedread.Open(path, "safetensors file")
 		if err != nil {
 			return fmt.Errorf("safetensors: %w", err)
-		}
-		fi, err := f.Stat()
-		if err != nil {
-			f.Close()
-			return fmt.Errorf("safetensors: %w", err)
-		}
-		if !fi.Mode().IsRegular() {
-			f.Close()
-			return fmt.Errorf("safetensors: %s: not a regular file", path)
 		}
 		sh := &shard{path: path, f: f, size: fi.Size()}
 		m.shards = append(m.shards, sh)

@@ -28,6 +28,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/tq-project/tq/internal/boundedread"
 )
 
 // Magic starts every token file.
@@ -274,10 +276,14 @@ func (w *Writer) Abort() {
 	}
 }
 
+// MaxFileSize bounds the token files ReadFile reads (512M tokens: far more than any
+// calibration uses).
+const MaxFileSize = 2 << 30
+
 // ReadFile reads and verifies a token file. Memory use is bounded by the
-// file size.
+// file size, at most MaxFileSize.
 func ReadFile(path string) (*File, error) {
-	data, err := os.ReadFile(path)
+	data, err := boundedread.ReadFile(path, "token file", MaxFileSize)
 	if err != nil {
 		return nil, fmt.Errorf("tokfile: %w", err)
 	}

@@ -46,6 +46,8 @@ import (
 	"sort"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/tq-project/tq/internal/boundedread"
 )
 
 // Magic starts every decompressed reference-logits file.
@@ -314,7 +316,7 @@ func WriteFile(path string, f *File) (err error) {
 
 // ReadFile reads the reference-logits file at path.
 func ReadFile(path string) (*File, error) {
-	fh, err := os.Open(path)
+	fh, _, err := boundedread.Open(path, "reference logits")
 	if err != nil {
 		return nil, err
 	}

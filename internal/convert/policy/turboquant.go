@@ -2,14 +2,17 @@ package policy
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
+	"slices"
 	"sort"
 	"strings"
 
 	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/internal/boundedread"
 )
 
 // TurboQuantMethod is the quant_method value of a turboquant quantize_config.json.
@@ -56,6 +59,8 @@ type TurboConfig struct {
 
 	// Unknown lists top-level keys this version does not understand (reported as warnings).
 	Unknown []string `json:"-"`
+	// FileSHA256 is the hex SHA-256 of the file LoadTurboConfig read ("" otherwise).
+	FileSHA256 string `json:"-"`
 }
 
 // TensorRecord is the part of a calibration search result (quantize_config.json "tensors")
@@ -76,25 +81,21 @@ func DefaultTurboConfig() *TurboConfig {
 	}
 }
 
-const maxConfigBytes = 16 << 20
+// MaxConfigBytes bounds the size of a quantize_config.json.
+const MaxConfigBytes = boundedread.MaxJSONConfig
 
 // LoadTurboConfig reads and validates a quantize_config.json.
 func LoadTurboConfig(path string) (*TurboConfig, error) {
-	fi, err := os.Stat(path)
+	b, err := boundedread.ReadFile(path, "quantize config", MaxConfigBytes)
 	if err != nil {
-		return nil, fmt.Errorf("quantize config: %w", err)
-	}
-	if fi.Size() > maxConfigBytes {
-		return nil, fmt.Errorf("quantize config %s: %d bytes is too large for a config file", path, fi.Size())
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("quantize config: %w", err)
+		return nil, err
 	}
 	c, err := ParseTurboConfig(b)
 	if err != nil {
 		return nil, fmt.Errorf("quantize config %s: %w", path, err)
 	}
+	sum := sha256.Sum256(b)
+	c.FileSHA256 = hex.EncodeToString(sum[:])
 	return c, nil
 }
 
@@ -132,6 +133,7 @@ func ParseTurboConfig(b []byte) (*TurboConfig, error) {
 	if c.WeightDType == "" {
 		c.WeightDType = "int4"
 	}
+	// An absent group_size takes the default; an explicit 0 (or null) is refused by Validate.
 	if _, ok := raw["group_size"]; !ok {
 		c.GroupSize = 128
 	}
@@ -148,7 +150,16 @@ func ParseTurboConfig(b []byte) (*TurboConfig, error) {
 var kvCacheTypes = map[string]bool{"f32": true, "f16": true, "bf16": true, "q8_0": true, "q4_0": true,
 	"q4_1": true, "q5_0": true, "q5_1": true, "iq4_nl": true}
 
-// Validate checks field values (not the lm_head rule, which CheckSkipsLMHead reports).
+// recordTypes are the types a "tensors" record may hold for each weight_dtype: the containers
+// WeightCandidates offers (F16 for rows that are not a multiple of 32).
+var recordTypes = map[string][]gguf.GGMLType{
+	"int4": {gguf.TypeQ4_K, gguf.TypeIQ4_NL, gguf.TypeF16},
+	"int8": {gguf.TypeQ8_0, gguf.TypeF16},
+}
+
+// Validate checks field values and the contradictions visible without the model (not the
+// lm_head rule, which CheckSkipsLMHead reports; Assign checks the config against the model's
+// tensors). Errors name the field as a JSON path: tensors["blk.0.attn_q.weight"].type.
 func (c *TurboConfig) Validate() error {
 	var errs []error
 	if c.QuantMethod != TurboQuantMethod {
@@ -162,7 +173,7 @@ func (c *TurboConfig) Validate() error {
 	switch c.GroupSize {
 	case 32, 64, 128:
 	default:
-		errs = append(errs, fmt.Errorf("group_size %d: want 32, 64 or 128", c.GroupSize))
+		errs = append(errs, fmt.Errorf("group_size = %d: want 32, 64 or 128 (omit it for the default 128)", c.GroupSize))
 	}
 	if !kvCacheTypes[strings.ToLower(c.KVCacheDType)] {
 		errs = append(errs, fmt.Errorf("kv_cache_dtype %q: want one of f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl", c.KVCacheDType))
@@ -175,17 +186,24 @@ func (c *TurboConfig) Validate() error {
 			errs = append(errs, fmt.Errorf("embedding_dtype %q is not a type tq can write", c.EmbeddingDType))
 		}
 	}
-	for k, r := range c.Tensors {
-		if t, err := gguf.ParseType(r.Type); err != nil || !writable[t] {
+	for _, k := range sortedKeys(c.Tensors) {
+		r := c.Tensors[k]
+		t, err := gguf.ParseType(r.Type)
+		switch {
+		case err != nil || !writable[t]:
 			errs = append(errs, fmt.Errorf("tensors[%q].type = %q is not a type tq can write", k, r.Type))
+		case !slices.Contains(recordTypes[c.WeightDType], t) && recordTypes[c.WeightDType] != nil:
+			errs = append(errs, fmt.Errorf("tensors[%q].type = %q contradicts weight_dtype %q, whose tensors are stored as %s",
+				k, r.Type, c.WeightDType, typeList(recordTypes[c.WeightDType])))
 		}
 		switch r.GroupSize {
 		case 0, 32, 64, 128:
 		default:
-			errs = append(errs, fmt.Errorf("tensors[%q].group_size %d: want 0, 32, 64 or 128", k, r.GroupSize))
+			errs = append(errs, fmt.Errorf("tensors[%q].group_size = %d: want 0, 32, 64 or 128", k, r.GroupSize))
 		}
 	}
-	for k, v := range c.TensorTypes {
+	for _, k := range sortedKeys(c.TensorTypes) {
+		v := c.TensorTypes[k]
 		if t, err := gguf.ParseType(v); err != nil || !writable[t] {
 			errs = append(errs, fmt.Errorf("tensor_types[%q] = %q is not a type tq can write", k, v))
 		}
@@ -198,6 +216,23 @@ func (c *TurboConfig) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func typeList(ts []gguf.GGMLType) string {
+	s := make([]string, len(ts))
+	for i, t := range ts {
+		s[i] = t.String()
+	}
+	return strings.Join(s, ", ")
 }
 
 // ErrLMHeadNotSkipped is returned (wrapped) when skip_layers does not contain lm_head.
@@ -375,6 +410,9 @@ type TurboPolicy struct {
 	Force bool
 	// EmbeddingType overrides the config's embedding_dtype when not nil.
 	EmbeddingType *gguf.GGMLType
+	// Warnings are set by Assign: config entries it accepted but did not follow as written
+	// (each says what was done instead).
+	Warnings []string
 }
 
 // Assign decides every tensor's type. Rules, first match wins:
@@ -389,11 +427,20 @@ type TurboPolicy struct {
 //  7. everything else: Q8_0.
 //
 // Every chosen type passes the block-size fallback, so llama.cpp can load the result.
+//
+// The config is checked against the model's tensors first; contradictions are errors naming
+// the field: a layer-list or tensor_types entry that selects no tensor; a tensor_types entry
+// that quantizes the skipped lm_head (F16), or gives another skipped tensor ("not int4") fewer
+// than 8 bits per weight; a tensors record naming no tensor, or a tensor that rule 5 does not
+// decide. Entries followed in part are accepted with a warning in p.Warnings (a tensors record
+// overridden by tensor_types; embedding_dtype unused because the tied embedding is the
+// skipped lm_head).
 func (p *TurboPolicy) Assign(ts []Tensor) ([]Decision, error) {
 	c := p.Config
 	if c == nil {
 		return nil, errors.New("turboquant policy without a config")
 	}
+	p.Warnings = nil
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -427,15 +474,24 @@ func (p *TurboPolicy) Assign(ts []Tensor) ([]Decision, error) {
 		}
 		return hit
 	}
-	// deterministic pattern order for tensor_types
-	ttKeys := make([]string, 0, len(c.TensorTypes))
-	for k := range c.TensorTypes {
-		ttKeys = append(ttKeys, k)
+	firstMatch := func(list []string, t Tensor, role string) string {
+		for _, e := range list {
+			if matchEntry(e, t, role) {
+				used[e] = true
+				return e
+			}
+		}
+		return ""
 	}
-	sort.Strings(ttKeys)
+	// deterministic pattern order for tensor_types
+	ttKeys := sortedKeys(c.TensorTypes)
 
+	var errs []error
+	recordUsed := map[string]bool{}
+	index := make(map[string]int, len(ts))
 	out := make([]Decision, len(ts))
 	for i, t := range ts {
+		index[t.Name] = i
 		d := Decision{Name: t.Name, Quantize: true}
 		role := Role(t.Name)
 		if !AllowsQuantization(t, false) {
@@ -457,20 +513,40 @@ func (p *TurboPolicy) Assign(ts []Tensor) ([]Decision, error) {
 		rule := ""
 		done := false
 		// exact names first, then patterns
-		if v, ok := c.TensorTypes[t.Name]; ok {
-			nt, _ = gguf.ParseType(v)
-			rule, done = "tensor_types", true
-			used[t.Name] = true
-			d.Fixed = true
+		ttKey := ""
+		if _, ok := c.TensorTypes[t.Name]; ok {
+			ttKey, rule = t.Name, "tensor_types"
 		} else {
 			for _, k := range ttKeys {
 				if matchEntry(k, t, role) {
-					nt, _ = gguf.ParseType(c.TensorTypes[k])
-					rule, done = "tensor_types "+k, true
-					used[k] = true
-					d.Fixed = true
+					ttKey, rule = k, "tensor_types "+k
 					break
 				}
+			}
+		}
+		if ttKey != "" {
+			nt, _ = gguf.ParseType(c.TensorTypes[ttKey])
+			done = true
+			used[ttKey] = true
+			d.Fixed = true
+			if e := firstMatch(c.SkipLayers, t, headRole); e != "" {
+				tr, _ := nt.Traits()
+				switch {
+				case isHead && tr.Quantized:
+					what := t.Name
+					if role == "embed_tokens" {
+						what += " (the output head: embeddings are tied)"
+					}
+					errs = append(errs, fmt.Errorf("tensor_types[%q] = %q quantizes %s, which skip_layers entry %q keeps in F16: remove one of the two",
+						ttKey, c.TensorTypes[ttKey], what, e))
+				case !isHead && tr.Quantized && nt != gguf.TypeQ8_0:
+					errs = append(errs, fmt.Errorf("tensor_types[%q] = %q gives %s fewer than 8 bits per weight, but skip_layers entry %q keeps it out of int4 (Q8_0): remove one of the two",
+						ttKey, c.TensorTypes[ttKey], t.Name, e))
+				}
+			}
+			if _, ok := c.Tensors[t.Name]; ok {
+				recordUsed[t.Name] = true
+				p.warn("tensors[%q]: calibrated %s not used: tensor_types[%q] sets %s", t.Name, c.Tensors[t.Name].Type, ttKey, nt)
 			}
 		}
 		if !done && KeepsHighPrecision(t) {
@@ -480,6 +556,9 @@ func (p *TurboPolicy) Assign(ts []Tensor) ([]Decision, error) {
 		if !done && isHead && match(c.SkipLayers, t, headRole) {
 			nt, rule, done = gguf.TypeF16, "lm_head: skipped, F16", true
 			d.Fixed = true
+			if role == "embed_tokens" && (c.EmbeddingDType != "" || p.EmbeddingType != nil) && embType != gguf.TypeF16 {
+				p.warn("embedding type %s not used: embeddings are tied, so token_embd.weight is the output head, which skip_layers keeps in F16", embType)
+			}
 		}
 		if !done && !isHead && match(c.SkipLayers, t, role) {
 			nt, rule, done = gguf.TypeQ8_0, "skip_layers: Q8_0", true
@@ -489,6 +568,7 @@ func (p *TurboPolicy) Assign(ts []Tensor) ([]Decision, error) {
 			nt = c.WeightCandidates(t.Cols())[0]
 			rule = "layers_to_quantize: " + c.WeightDType
 			if r, ok := c.Tensors[t.Name]; ok {
+				recordUsed[t.Name] = true
 				nt, _ = gguf.ParseType(r.Type)
 				rule = "calibrated choice"
 			}
@@ -512,7 +592,6 @@ func (p *TurboPolicy) Assign(ts []Tensor) ([]Decision, error) {
 		out[i] = d
 	}
 	// every layer-list entry must select something, or it is probably a typo
-	var errs []error
 	for _, l := range [][]string{c.LayersToQuantize, c.SkipLayers} {
 		for _, e := range l {
 			if !used[e] && e != "lm_head" {
@@ -525,8 +604,25 @@ func (p *TurboPolicy) Assign(ts []Tensor) ([]Decision, error) {
 			errs = append(errs, fmt.Errorf("tensor_types entry %q matches no tensor of this model", k))
 		}
 	}
+	// every calibration record must be one the policy follows
+	for _, k := range sortedKeys(c.Tensors) {
+		if recordUsed[k] {
+			continue
+		}
+		i, ok := index[k]
+		if !ok {
+			errs = append(errs, fmt.Errorf("tensors[%q] names no tensor of this model", k))
+			continue
+		}
+		errs = append(errs, fmt.Errorf("tensors[%q].type = %q contradicts the policy: the tensor is stored as %s by rule %q, not with weight_dtype %s (records apply to layers_to_quantize tensors only)",
+			k, c.Tensors[k].Type, out[i].Type, out[i].Rule, c.WeightDType))
+	}
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("quantize config: %w", errors.Join(errs...))
+		return nil, errors.Join(errs...)
 	}
 	return out, nil
+}
+
+func (p *TurboPolicy) warn(format string, a ...any) {
+	p.Warnings = append(p.Warnings, fmt.Sprintf(format, a...))
 }

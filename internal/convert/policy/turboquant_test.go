@@ -140,7 +140,7 @@ func TestTurboMappingAndConfigs(t *testing.T) {
 	}
 	// calibration records: their container is used for the quantized layers
 	cfg, err = ParseTurboConfig([]byte(`{"quant_method":"turboquant","group_size":32,"calibration":{"x":1},
-		"tensors":{"blk.0.attn_q.weight":{"type":"iq4_nl","group_size":0,"rmse":0.1},"blk.0.attn_output.weight":{"type":"q4_0"}}}`))
+		"tensors":{"blk.0.attn_q.weight":{"type":"iq4_nl","group_size":0,"rmse":0.1}}}`))
 	if err != nil || len(cfg.Unknown) != 0 {
 		t.Fatalf("%v %v", err, cfg.Unknown)
 	}
@@ -148,10 +148,15 @@ func TestTurboMappingAndConfigs(t *testing.T) {
 	if d := m["blk.0.attn_q.weight"]; d.Type != gguf.TypeIQ4_NL || d.Rule != "calibrated choice" {
 		t.Errorf("calibrated attn_q: %+v", d)
 	}
-	if d := m["blk.0.attn_output.weight"]; d.Type != gguf.TypeQ8_0 {
-		t.Errorf("a record does not pull o_proj into the int4 layers: %+v", d)
+	// a record does not pull o_proj into the int4 layers: it contradicts the policy
+	cfg, err = ParseTurboConfig([]byte(`{"quant_method":"turboquant","tensors":{"blk.0.attn_output.weight":{"type":"q4_K"}}}`))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := ParseTurboConfig([]byte(`{"quant_method":"turboquant","tensors":{"a":{"type":"q4_0","group_size":48}}}`)); err == nil {
+	if _, err := (&TurboPolicy{Config: cfg}).Assign(moeTensors(1)); err == nil || !strings.Contains(err.Error(), `tensors["blk.0.attn_output.weight"].type`) {
+		t.Errorf("record for a tensor outside layers_to_quantize: %v", err)
+	}
+	if _, err := ParseTurboConfig([]byte(`{"quant_method":"turboquant","tensors":{"a":{"type":"q4_K","group_size":48}}}`)); err == nil {
 		t.Error("bad record group size accepted")
 	}
 	cfg, _ = ParseTurboConfig([]byte(`{"quant_method":"turboquant","layers_to_quantize":["q_prj"]}`))
@@ -198,12 +203,32 @@ func FuzzParseTurboConfig(f *testing.F) {
 	f.Add([]byte(`{"quant_method":"turboquant","weight_dtype":"int4","group_size":128,"symmetric":false,"skip_layers":["lm_head"],"tensor_types":{"a":"q8_0"}}`))
 	f.Add([]byte(`{"quant_method":"turboquant","layers_to_quantize":["model.layers.0","experts"]}`))
 	f.Add([]byte(`{}`))
+	f.Add([]byte(`{"quant_method":"turboquant","weight_dtype":"int8","tensors":{"blk.0.attn_q.weight":{"type":"q8_0","group_size":64}},"tensor_types":{"output.weight":"f16"}}`))
+	f.Add([]byte(`{"quant_method":"turboquant","tensors":{"blk.0.attn_k.weight":{"type":"q4_0"}},"tensor_types":{"attn_k":"q6_K"}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := ParseTurboConfig(b)
 		if err != nil {
 			return
 		}
-		// a valid config must drive the policy without panicking
-		_, _ = (&TurboPolicy{Config: c, Force: true}).Assign(moeTensors(1))
+		// a valid config must drive the policy without panicking, and an accepted one must
+		// follow every calibration record (or say why not)
+		for _, ts := range [][]Tensor{moeTensors(1), tiedTensors(1)} {
+			p := &TurboPolicy{Config: c, Force: true}
+			ds, err := p.Assign(ts)
+			if err != nil {
+				continue
+			}
+			m := byName(ds)
+			for name, r := range c.Tensors {
+				d, ok := m[name]
+				if !ok {
+					t.Fatalf("record %q for no tensor accepted", name)
+				}
+				want, _ := gguf.ParseType(r.Type)
+				if d.Type != want && !d.Fallback && !strings.HasPrefix(d.Rule, "tensor_types") {
+					t.Fatalf("record %q (%s) not followed: %+v", name, r.Type, d)
+				}
+			}
+		}
 	})
 }
