@@ -21,7 +21,7 @@ func TestTurboConfigCheckedAtLoad(t *testing.T) {
 	}
 	for body, want := range map[string]string{
 		`"weight_dtype":"int8","tensors":{"blk.0.attn_q.weight":{"type":"q4_0"}}`: `tensors["blk.0.attn_q.weight"].type = "q4_0"`,
-		`"tensors":{"blk.99.attn_q.weight":{"type":"q4_0"}}`:                      `tensors["blk.99.attn_q.weight"] names no tensor`,
+		`"tensors":{"blk.99.attn_q.weight":{"type":"q4_K"}}`:                      `tensors["blk.99.attn_q.weight"] names no tensor`,
 		`"tensor_types":{"output.weight":"q4_0"}`:                                 `tensor_types["output.weight"] = "q4_0"`,
 		`"group_size":0`: `group_size = 0`,
 	} {
@@ -30,13 +30,13 @@ func TestTurboConfigCheckedAtLoad(t *testing.T) {
 			t.Errorf("%s: %v, want an error naming %s and %q", body, err, cfg, want)
 		}
 	}
-	p, cfg, err := plan(`"tensor_types":{"blk.0.attn_q.weight":"q8_0"},"tensors":{"blk.0.attn_q.weight":{"type":"q4_0"}}`)
+	p, cfg, err := plan(`"tensor_types":{"blk.0.attn_q.weight":"q8_0"},"tensors":{"blk.0.attn_q.weight":{"type":"q4_K"}}`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	found := false
 	for _, w := range p.Warnings {
-		found = found || strings.Contains(w, cfg) && strings.Contains(w, `tensors["blk.0.attn_q.weight"]: calibrated q4_0 not used`)
+		found = found || strings.Contains(w, cfg) && strings.Contains(w, `tensors["blk.0.attn_q.weight"]: calibrated q4_K not used`)
 	}
 	if !found {
 		t.Errorf("warning for a record overridden by tensor_types missing: %q", p.Warnings)
