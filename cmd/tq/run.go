@@ -39,6 +39,7 @@ type runOptions struct {
 	vram                       string
 	backend                    string
 	cpuMoE                     bool
+	verbose                    bool
 }
 
 func init() {
@@ -56,8 +57,9 @@ weight type's vec_dot type, f16 KV cache by default); sampling follows llama.cpp
 chain (repetition penalty, top-k, top-p, min-p, temperature). --temp 0 is greedy decoding.
 
 GPU: --backend auto (default) uses an NVIDIA GPU when the driver (libcuda.so.1) reports one,
-and otherwise says so in one line and runs on the CPU; --backend cuda fails instead, --backend
-cpu never touches the driver. The last --n-gpu-layers blocks run on the GPU (more than the
+and otherwise runs on the CPU, saying why in one line when a GPU was asked for (--n-gpu-layers
+above 0, --vram, --cpu-moe) or with --verbose; --backend cuda fails instead, --backend cpu
+never touches the driver. The last --n-gpu-layers blocks run on the GPU (more than the
 model's block count also moves the LM head there), as llama.cpp's -ngl counts them. Without
 --n-gpu-layers the placement is planned (as tq plan does) for --vram, or for the device's free
 memory, and printed in one line; --cpu-moe keeps every MoE expert tensor on the CPU. GPU
@@ -108,6 +110,7 @@ non-f16 KV cache) run on the CPU with one line saying why.`,
 	f.IntVar(&o.ngl, "ngl", 0, "alias of --n-gpu-layers (llama.cpp's single-dash -ngl is accepted too)")
 	f.StringVar(&o.vram, "vram", "", "GPU memory budget for the planned placement, e.g. 8GiB (default: the device's free memory)")
 	f.BoolVar(&o.cpuMoE, "cpu-moe", false, "keep every MoE expert tensor on the CPU (llama.cpp --cpu-moe)")
+	f.BoolVarP(&o.verbose, "verbose", "v", false, "also say which backend was chosen when it is the CPU and no GPU was asked for")
 	rootCmd.AddCommand(cmd)
 	if len(os.Args) > 1 && slices.Contains(os.Args[1:], "run") {
 		os.Args = dashNGL(os.Args)
@@ -388,8 +391,9 @@ func (r *runModel) Close() {
 
 // loadRunModel selects the backend (--backend), decides the placement (--n-gpu-layers, else
 // planned with infer/plan for --vram or the device's free memory; --cpu-moe), loads the model
-// and writes one line about the backend and, with a GPU, one about the placement to logw. A
-// model the GPU backend cannot run (infer.ErrGPUUnsupported, a driver error while uploading, a
+// and writes to logw one line about the backend (about a CPU backend only when a GPU was asked
+// for or with --verbose) and, with a GPU, one about the placement. A model the GPU backend
+// cannot run (infer.ErrGPUUnsupported, a driver error while uploading, a
 // failed plan) is loaded on the CPU with one line saying why (an error with --backend cuda).
 func loadRunModel(logw io.Writer, path string, o *runOptions) (*runModel, error) {
 	if o.nglSet && o.ngl < 0 {
@@ -420,7 +424,11 @@ func loadRunModel(logw io.Writer, path string, o *runOptions) (*runModel, error)
 		r.dev, line = d, l
 	}
 	r.backend = line
-	fmt.Fprintln(logw, "tq run: "+line)
+	// Without a GPU, the CPU is the expected backend: say why only when a GPU was asked for.
+	gpuAsked := o.nglSet && o.ngl > 0 || o.vram != "" || o.cpuMoE
+	if r.dev != nil || gpuAsked || o.verbose {
+		fmt.Fprintln(logw, "tq run: "+line)
+	}
 	fail := func(err error) (*runModel, error) {
 		if r.dev != nil {
 			r.dev.Close()
