@@ -400,6 +400,9 @@ func evaluate(m *Model, b *Breakdown, o Options, ngl, cpuMoE int) Placement {
 	return p
 }
 
+// workMS is the time the step spends reading memory and computing, without the overheads.
+func (d DecodeTime) workMS() float64 { return max(d.CPUReadMS, d.CPUComputeMS) + d.GPUReadMS }
+
 // decodeState is what one decode step does on each device under a placement.
 type decodeState struct {
 	cpuWeights, gpuWeights float64 // weight bytes read per token
@@ -451,7 +454,9 @@ func (st decodeState) time(s Shape, b *Breakdown, o Options, depth int) DecodeTi
 }
 
 // bestPlacement tries every (-ngl, --n-cpu-moe) pair and keeps the fastest that fits; with no
-// VRAM it returns the CPU-only placement.
+// VRAM it returns the CPU-only placement. Fastest means the least time reading memory and
+// computing on the CPU: the fixed overheads are rough figures, and letting them decide would
+// keep a small model off a GPU that holds it on a guess.
 func bestPlacement(m *Model, b *Breakdown, o Options) Placement {
 	L := m.Shape.NLayer
 	best := evaluate(m, b, o, 0, 0)
@@ -475,7 +480,7 @@ func bestPlacement(m *Model, b *Breakdown, o Options) Placement {
 			if !p.Fits {
 				continue
 			}
-			if p.DecodeTokS > best.DecodeTokS*(1+1e-9) {
+			if p.Decode.workMS() < best.Decode.workMS()*(1-1e-9) {
 				best = p
 			}
 			break // larger k only moves more to the CPU
