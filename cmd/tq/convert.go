@@ -160,7 +160,7 @@ func printResult(w io.Writer, res *convert.Result, asJSON bool) error {
 	fmt.Fprintf(w, "%s, %s policy, file type %s: %d tensors, %.3f bpw, %s in %.1fs (%.0f MB/s written)\n",
 		p.Arch, p.Policy, p.FileType, len(p.Tensors), p.BPW, fmtBytes(total), res.Seconds,
 		float64(total)/1e6/max(res.Seconds, 1e-9))
-	return nil
+	return writeTypeMix(w, p.Types)
 }
 
 func fmtBytes(n int64) string {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/internal/convert/policy"
 	"github.com/tq-project/tq/internal/hf"
 )
 
@@ -66,6 +68,12 @@ type inspectReport struct {
 	TotalParams  uint64            `json:"total_params"`
 	BitsPerW     float64           `json:"bits_per_weight"`
 	ActiveParams int64             `json:"active_params,omitempty"`
+	// FileType names general.file_type (a llama_ftype) when the GGUF has it; MostlyType is the
+	// quantized type holding the most weights and MostlyPercent its share of all weights: the
+	// types table gives the whole mix.
+	FileType      string  `json:"file_type,omitempty"`
+	MostlyType    string  `json:"mostly_type,omitempty"`
+	MostlyPercent float64 `json:"mostly_percent_params,omitempty"`
 }
 
 type inspectKV struct {
@@ -177,6 +185,20 @@ func inspectGGUF(path string, o *inspectOptions) (*inspectReport, error) {
 	rep.Types = typeSummary(byType, rep.TotalBytes)
 	if rep.TotalParams > 0 {
 		rep.BitsPerW = float64(rep.TotalBytes) * 8 / float64(rep.TotalParams)
+	}
+	if v, err := md.GetUint("general.file_type"); err == nil && v <= math.MaxUint32 {
+		rep.FileType = policy.FileType(v).String()
+	}
+	var most uint64
+	var mostType gguf.GGMLType
+	for typ, it := range byType {
+		tr, ok := typ.Traits()
+		if ok && tr.Quantized && (it.Params > most || it.Params == most && typ < mostType) {
+			most, mostType, rep.MostlyType = it.Params, typ, it.Type
+		}
+	}
+	if most > 0 {
+		rep.MostlyPercent = 100 * float64(most) / float64(rep.TotalParams)
 	}
 	return rep, nil
 }
@@ -363,6 +385,17 @@ func printInspect(w io.Writer, r *inspectReport, o *inspectOptions) {
 		return
 	}
 	fmt.Fprintf(w, "   size: %s   %.3f bits/weight\n", humanBytes(r.TotalBytes), r.BitsPerW)
+	if r.Format == "gguf" {
+		ft := r.FileType
+		if ft == "" {
+			ft = "none (no general.file_type)"
+		}
+		fmt.Fprintf(w, "file type: %s", ft)
+		if r.MostlyType != "" {
+			fmt.Fprintf(w, "; most weights are %s (%.1f%%), the full mix is under types", r.MostlyType, r.MostlyPercent)
+		}
+		fmt.Fprintln(w)
+	}
 	if len(r.Provenance) > 0 {
 		fmt.Fprintln(w, "\nquantization provenance:")
 		pk := make([]string, 0, len(r.Provenance))

@@ -34,7 +34,10 @@ func init() {
 KV cache at a context size and cache type, an estimate of the compute buffer, and the best
 split for a VRAM budget: how many layers go to the GPU (-ngl) or, for a mixture of experts,
 which layers keep their expert tensors on the CPU (--n-cpu-moe / -ot). It predicts decode
-speed from memory bandwidth (and prompt speed from throughput, when given).
+speed from the bytes read per token at the given bandwidths, the CPU's arithmetic and fixed
+per-token overheads (graph scheduling, sampling, per-block synchronisation or kernel
+launches, CPU/GPU hand-overs), at --depth cached tokens and with the context full, and prints
+what the figure assumes (docs/infer.md); prompt speed from throughput, when given.
 
 MODEL is a GGUF file (real tensor types) or a Hugging Face folder / config.json, typed by
 --type: one ggml type for every weight, optionally with per-role overrides, e.g.

@@ -40,6 +40,8 @@ type runOptions struct {
 	vram                       string
 	backend                    string
 	cpuMoE                     bool
+	verbose                    bool
+	cacheKSet, cacheVSet       bool // --cache-type-k/-v given (else the file's turboquant.kv_cache_dtype, else f16)
 }
 
 func init() {
@@ -53,12 +55,17 @@ generated text. The closing line reports prompt and generation speed, time to fi
 and peak RSS.
 
 The forward pass on the CPU follows llama.cpp's CPU backend (activations rounded to each
-weight type's vec_dot type, f16 KV cache by default); sampling follows llama.cpp's default
-chain (repetition penalty, top-k, top-p, min-p, temperature). --temp 0 is greedy decoding.
+weight type's vec_dot type); sampling follows llama.cpp's default chain (repetition penalty,
+top-k, top-p, min-p, temperature). --temp 0 is greedy decoding.
+
+KV cache: --cache-type-k/-v when given, else the type a turboquant file records
+(turboquant.kv_cache_dtype, from tq calibrate), else f16; a line says when the file's type is
+used (--json: kv_cache). GPU blocks keep an f16 cache whatever the file records.
 
 GPU: --backend auto (default) uses an NVIDIA GPU when the driver (libcuda.so.1) reports one,
-and otherwise says so in one line and runs on the CPU; --backend cuda fails instead, --backend
-cpu never touches the driver. The last --n-gpu-layers blocks run on the GPU (more than the
+and otherwise runs on the CPU, saying why in one line when a GPU was asked for (--n-gpu-layers
+above 0, --vram, --cpu-moe) or with --verbose; --backend cuda fails instead, --backend cpu
+never touches the driver. The last --n-gpu-layers blocks run on the GPU (more than the
 model's block count also moves the LM head there), as llama.cpp's -ngl counts them. Without
 --n-gpu-layers the placement is planned (as tq plan does) for --vram, or for the device's free
 memory, and printed in one line; --cpu-moe keeps every MoE expert tensor on the CPU. GPU
@@ -74,6 +81,7 @@ non-f16 KV cache) run on the CPU with one line saying why.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.nglSet = cmd.Flags().Changed("n-gpu-layers") || cmd.Flags().Changed("ngl")
+			o.cacheKSet, o.cacheVSet = cmd.Flags().Changed("cache-type-k"), cmd.Flags().Changed("cache-type-v")
 			if o.interactive {
 				_, err := runChat(cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], o, cmd.Flags().Changed("seed"))
 				return err
@@ -93,8 +101,8 @@ non-f16 KV cache) run on the CPU with one line saying why.`,
 	f.IntVarP(&o.ctx, "ctx", "c", 4096, "context size in tokens")
 	f.IntVarP(&o.threads, "threads", "t", 0, "worker threads (0: all CPUs)")
 	f.IntVarP(&o.batch, "batch-size", "b", 512, "prompt tokens evaluated per batch")
-	f.StringVar(&o.cacheK, "cache-type-k", "f16", "KV cache type for K: f32, f16, bf16, q8_0, q4_0")
-	f.StringVar(&o.cacheV, "cache-type-v", "f16", "KV cache type for V: f32, f16, bf16, q8_0, q4_0")
+	f.StringVar(&o.cacheK, "cache-type-k", "f16", "KV cache type for K: f32, f16, bf16, q8_0, q4_0 (default: the file's turboquant.kv_cache_dtype, else f16)")
+	f.StringVar(&o.cacheV, "cache-type-v", "f16", "KV cache type for V: f32, f16, bf16, q8_0, q4_0 (default: the file's turboquant.kv_cache_dtype, else f16)")
 	f.Float32Var(&o.temp, "temp", 0.8, "temperature (0: greedy)")
 	f.IntVar(&o.topK, "top-k", 40, "top-k sampling (0: off)")
 	f.Float32Var(&o.topP, "top-p", 0.95, "top-p sampling (1: off)")
@@ -109,6 +117,7 @@ non-f16 KV cache) run on the CPU with one line saying why.`,
 	f.IntVar(&o.ngl, "ngl", 0, "alias of --n-gpu-layers (llama.cpp's single-dash -ngl is accepted too)")
 	f.StringVar(&o.vram, "vram", "", "GPU memory budget for the planned placement, e.g. 8GiB (default: the device's free memory)")
 	f.BoolVar(&o.cpuMoE, "cpu-moe", false, "keep every MoE expert tensor on the CPU (llama.cpp --cpu-moe)")
+	f.BoolVarP(&o.verbose, "verbose", "v", false, "also say which backend was chosen when it is the CPU and no GPU was asked for")
 	rootCmd.AddCommand(cmd)
 	if len(os.Args) > 1 && slices.Contains(os.Args[1:], "run") {
 		os.Args = dashNGL(os.Args)
@@ -152,6 +161,7 @@ type runResult struct {
 	Device       string              `json:"device"`
 	Backend      string              `json:"backend"`   // the backend selection line
 	Placement    runPlacement        `json:"placement"` // where the blocks ran
+	KVCache      kvCacheChoice       `json:"kv_cache"`  // the KV cache types and where they come from
 }
 
 func runRun(stdout, stderr io.Writer, path string, o *runOptions, seedSet bool) error {
@@ -261,7 +271,8 @@ func runRun(stdout, stderr io.Writer, path string, o *runOptions, seedSet bool) 
 		return writeJSON(stdout, runResult{Model: path, Arch: m.Config().Arch, Prompt: prompt, PromptTokens: ids,
 			Text: tok.Decode(out), Tokens: out, Stats: st, PromptTokS: st.PromptTokS(), GenTokS: st.GenTokS(),
 			TTFTMs: float64(st.TTFT) / 1e6, PeakRSS: rss, Threads: m.Threads(), Kernels: infer.KernelImplementation(),
-			MathLib: infer.MathLibrary(), Seed: seed, Device: rm.device, Backend: rm.backend, Placement: rm.placement})
+			MathLib: infer.MathLibrary(), Seed: seed, Device: rm.device, Backend: rm.backend, Placement: rm.placement,
+			KVCache: rm.kv})
 	}
 	stream.flush()
 	fmt.Fprintln(stream.w)
@@ -376,6 +387,7 @@ type runModel struct {
 	backend   string // the backend selection line
 	device    string // "CPU" or the device description
 	placement runPlacement
+	kv        kvCacheChoice
 }
 
 // Close frees the model, then closes the device and the file.
@@ -389,8 +401,9 @@ func (r *runModel) Close() {
 
 // loadRunModel selects the backend (--backend), decides the placement (--n-gpu-layers, else
 // planned with infer/plan for --vram or the device's free memory; --cpu-moe), loads the model
-// and writes one line about the backend and, with a GPU, one about the placement to logw. A
-// model the GPU backend cannot run (infer.ErrGPUUnsupported, a driver error while uploading, a
+// and writes to logw one line about the backend (about a CPU backend only when a GPU was asked
+// for or with --verbose) and, with a GPU, one about the placement. A model the GPU backend
+// cannot run (infer.ErrGPUUnsupported, a driver error while uploading, a
 // failed plan) is loaded on the CPU with one line saying why (an error with --backend cuda).
 func loadRunModel(logw io.Writer, path string, o *runOptions) (*runModel, error) {
 	if o.nglSet && o.ngl < 0 {
@@ -421,7 +434,11 @@ func loadRunModel(logw io.Writer, path string, o *runOptions) (*runModel, error)
 		r.dev, line = d, l
 	}
 	r.backend = line
-	fmt.Fprintln(logw, "tq run: "+line)
+	// Without a GPU, the CPU is the expected backend: say why only when a GPU was asked for.
+	gpuAsked := o.nglSet && o.ngl > 0 || o.vram != "" || o.cpuMoE
+	if r.dev != nil || gpuAsked || o.verbose {
+		fmt.Fprintln(logw, "tq run: "+line)
+	}
 	fail := func(err error) (*runModel, error) {
 		if r.dev != nil {
 			r.dev.Close()
@@ -436,13 +453,25 @@ func loadRunModel(logw io.Writer, path string, o *runOptions) (*runModel, error)
 		return fail(err)
 	}
 	r.src = src
+	kv, warning := chooseKVCache(src.GGUF().Metadata(), o)
+	if warning != "" {
+		fmt.Fprintln(logw, "tq run: "+warning)
+	}
+	opts.CacheTypeK, opts.CacheTypeV, r.kv = kv.K, kv.V, kv
+	loaded := func() (*runModel, error) {
+		if r.kv.worthALine() {
+			fmt.Fprintf(logw, "tq run: KV cache %s/%s, %s\n", r.kv.K, r.kv.V, r.kv.Source)
+		}
+		return r, nil
+	}
 	if r.dev != nil {
 		r.device = r.dev.Info().String()
 		cfg, err := infer.ReadConfig(src)
 		if err != nil {
 			return fail(fmt.Errorf("%s: %w", path, err))
 		}
-		ngl, cpuMoE, how, err := choosePlacement(path, cfg, r.dev, o, budget)
+		gkv := kv.forGPU()
+		ngl, cpuMoE, how, err := choosePlacement(path, cfg, r.dev, o, budget, gkv)
 		if err != nil {
 			if name == "cuda" {
 				return fail(err)
@@ -457,16 +486,17 @@ func loadRunModel(logw io.Writer, path string, o *runOptions) (*runModel, error)
 		} else {
 			g := opts
 			g.Backend, g.GPULayers, g.CPUMoE = r.dev, ngl, cpuMoE
+			g.CacheTypeK, g.CacheTypeV = gkv.K, gkv.V
 			m, err := infer.Load(src, g)
 			var ce *cuda.Error // a driver failure while uploading (out of memory, ...)
 			switch {
 			case err == nil:
-				r.m = m
+				r.m, r.kv = m, gkv
 				p := m.GPUPlacement()
 				r.placement = runPlacement{GPULayers: p.Layers, OutputOnGPU: p.OutputOnGPU, CPUMoE: p.CPUMoE, NGL: ngl,
 					GPUWeightBytes: p.WeightBytes, Source: how}
 				fmt.Fprintln(logw, "tq run: placement: "+placementLine(cfg, r.placement))
-				return r, nil
+				return loaded()
 			case (errors.Is(err, infer.ErrGPUUnsupported) || errors.As(err, &ce)) && name != "cuda":
 				fmt.Fprintf(logw, "tq run: %v: running on CPU\n", err)
 				r.dev.Close()
@@ -482,14 +512,14 @@ func loadRunModel(logw io.Writer, path string, o *runOptions) (*runModel, error)
 		return fail(fmt.Errorf("%s: %w", path, err))
 	}
 	r.m = m
-	return r, nil
+	return loaded()
 }
 
 // choosePlacement returns the GPU blocks (-ngl) and the blocks whose experts stay on the CPU:
 // --n-gpu-layers as given (with --cpu-moe: every expert on the CPU), else the fastest placement
 // infer/plan finds for the budget (--vram, else the device's free memory). how describes the
 // choice in words.
-func choosePlacement(path string, cfg *infer.Config, dev *cuda.Device, o *runOptions, budget int64) (ngl, cpuMoE int, how string, err error) {
+func choosePlacement(path string, cfg *infer.Config, dev *cuda.Device, o *runOptions, budget int64, kv kvCacheChoice) (ngl, cpuMoE int, how string, err error) {
 	if o.nglSet {
 		ngl = o.ngl
 		how = fmt.Sprintf("--n-gpu-layers %d", o.ngl)
@@ -513,10 +543,10 @@ func choosePlacement(path string, cfg *infer.Config, dev *cuda.Device, o *runOpt
 	}
 	po := plan.DefaultOptions()
 	po.Ctx, po.UBatch, po.VRAM, po.AllExpertsOnCPU = o.ctx, o.batch, budget, o.cpuMoE
-	if po.CacheTypeK, err = infer.ParseCacheType(o.cacheK); err != nil {
+	if po.CacheTypeK, err = infer.ParseCacheType(kv.K); err != nil {
 		return 0, 0, "", fmt.Errorf("--cache-type-k: %w", err)
 	}
-	if po.CacheTypeV, err = infer.ParseCacheType(o.cacheV); err != nil {
+	if po.CacheTypeV, err = infer.ParseCacheType(kv.V); err != nil {
 		return 0, 0, "", fmt.Errorf("--cache-type-v: %w", err)
 	}
 	rep, err := plan.Analyze(pm, po)

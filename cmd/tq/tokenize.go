@@ -18,7 +18,8 @@ type tokenizeOptions struct {
 	stdin        bool
 	showPieces   bool
 	json         bool
-	parseSpecial bool
+	parseSpecial bool // --parse-special: deprecated, parsing is the default
+	noParse      bool // --no-parse-special
 	noSpecial    bool
 	count        bool
 	calib        calibTokenizeOptions
@@ -39,16 +40,18 @@ files) are rendered with the model's chat template, tokenized with special token
 truncated to --max-length and padded to a multiple of --pad-to-multiple-of with the pad token
 (docs/formats-tokfile.md). tq calibrate --calibration-dataset FILE reads it.
 
-Special tokens, as in llama-tokenize:
-  --parse-special  control tokens written in the text (e.g. "<|im_start|>") become their ids;
-                   without it they are tokenized as plain text. User-defined added tokens
-                   (e.g. "<think>") are always recognised, as in llama.cpp and transformers.
-  --no-special     do not add the BOS/EOS tokens the model asks for (add_bos/add_eos),
-                   like llama-tokenize --no-bos.`,
+Special tokens, as in llama-tokenize and transformers: control tokens written in the text
+(e.g. "<|im_start|>") become their ids by default.
+  --no-parse-special  tokenize control tokens as plain text instead (llama-tokenize's flag of
+                      the same name). User-defined added tokens (e.g. "<think>") are always
+                      recognised, as in llama.cpp and transformers.
+  --no-special        do not add the BOS/EOS tokens the model asks for (add_bos/add_eos),
+                      like llama-tokenize --no-bos.
+  --parse-special     accepted for old scripts; parsing is the default.`,
 		Example: `  tq tokenize ./Qwen3-0.6B --prompt "Hello world" --show-pieces
   tq tokenize model.gguf --file prompt.txt --json
   tq tokenize ./Qwen3-0.6B --calibration-out calib.tok
-  echo "<|im_start|>user" | tq tokenize model.gguf --stdin --parse-special`,
+  echo "<|im_start|>user" | tq tokenize model.gguf --stdin --no-parse-special`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			tok, err := loadTokenizer(args[0])
@@ -68,7 +71,9 @@ Special tokens, as in llama-tokenize:
 	f.BoolVar(&o.stdin, "stdin", false, "read the text from standard input")
 	f.BoolVar(&o.showPieces, "show-pieces", false, "print each token's piece next to its id")
 	f.BoolVar(&o.json, "json", false, "print JSON: ids, pieces and count")
-	f.BoolVar(&o.parseSpecial, "parse-special", false, "recognise control tokens written in the text")
+	f.BoolVar(&o.noParse, "no-parse-special", false, "tokenize control tokens written in the text (e.g. <|im_start|>) as plain text")
+	f.BoolVar(&o.parseSpecial, "parse-special", false, "recognise control tokens written in the text (the default)")
+	_ = f.MarkDeprecated("parse-special", "control tokens are parsed by default; --no-parse-special turns it off")
 	f.BoolVar(&o.noSpecial, "no-special", false, "do not add the model's BOS/EOS tokens")
 	f.BoolVar(&o.count, "show-count", false, "print only the number of tokens")
 	addCalibTokenizeFlags(cmd, &o.calib)
@@ -118,7 +123,7 @@ func runTokenize(w io.Writer, stdin io.Reader, tok *tokenizer.Tokenizer, o *toke
 		}
 		text = string(b)
 	}
-	ids := tok.Encode(text, tokenizer.EncodeOptions{AddSpecial: !o.noSpecial, ParseSpecial: o.parseSpecial})
+	ids := tok.Encode(text, tokenizer.EncodeOptions{AddSpecial: !o.noSpecial, ParseSpecial: !o.noParse})
 	if o.count {
 		_, err := fmt.Fprintln(w, len(ids))
 		return err

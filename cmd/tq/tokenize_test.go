@@ -24,7 +24,7 @@ func TestTokenizeGGUF(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	// Ids as llama.cpp gives them for this file (llama.mjs tokenize, special tokens parsed).
-	o := &tokenizeOptions{prompt: "Hello world <|im_start|> 123", parseSpecial: true, json: true}
+	o := &tokenizeOptions{prompt: "Hello world <|im_start|> 123", json: true}
 	if err := runTokenize(&buf, nil, tok, o); err != nil {
 		t.Fatal(err)
 	}
@@ -44,14 +44,14 @@ func TestTokenizeGGUF(t *testing.T) {
 	if strings.Join(res.Pieces, "") != "Hello world <|im_start|> 123" {
 		t.Errorf("pieces %q do not spell the text", res.Pieces)
 	}
-	// Without --parse-special the control token is plain text.
+	// With --no-parse-special the control token is plain text.
 	buf.Reset()
-	o = &tokenizeOptions{stdin: true, count: true}
+	o = &tokenizeOptions{stdin: true, count: true, noParse: true}
 	if err := runTokenize(&buf, strings.NewReader("<|im_start|>"), tok, o); err != nil {
 		t.Fatal(err)
 	}
 	if strings.TrimSpace(buf.String()) == "1" {
-		t.Errorf("control token parsed without --parse-special")
+		t.Errorf("control token parsed with --no-parse-special")
 	}
 	if err := runTokenize(&buf, nil, tok, &tokenizeOptions{}); err == nil {
 		t.Errorf("no input source accepted")
@@ -99,5 +99,27 @@ func TestTokenizeCalibrationOut(t *testing.T) {
 	}
 	if h := sha256.Sum256(b); sum.Hash != "sha256:"+hex.EncodeToString(h[:]) {
 		t.Errorf("calibration hash %s is not the file's SHA-256", sum.Hash)
+	}
+}
+
+// Control tokens are parsed by default, as llama-tokenize and transformers do;
+// --no-parse-special turns that off and the old --parse-special is still accepted.
+func TestTokenizeParsesSpecialByDefault(t *testing.T) {
+	hfDir := filepath.Join(t.TempDir(), "hf")
+	if err := fixtures.Generate(hfDir, fixtures.Preset("qwen3")); err != nil {
+		t.Fatal(err)
+	}
+	count := func(args ...string) string {
+		out := strings.TrimSpace(tqCmd(t, append([]string{"tokenize", hfDir, "-p", "<|im_start|>", "--show-count", "--no-special"}, args...)...))
+		return out[strings.LastIndex(out, "\n")+1:] // after cobra's deprecation notice
+	}
+	if n := count(); n != "1" {
+		t.Errorf("default: %s tokens for <|im_start|>, want 1", n)
+	}
+	if n := count("--parse-special"); n != "1" {
+		t.Errorf("--parse-special: %s tokens, want 1", n)
+	}
+	if n := count("--no-parse-special"); n == "1" {
+		t.Errorf("--no-parse-special: %s tokens, want <|im_start|> spelled out", n)
 	}
 }

@@ -135,7 +135,7 @@ func (r *Report) WriteTable(w io.Writer, perLayer bool) error {
 		}
 	}
 	fmt.Fprintf(tw, "  CPU\t%s\n", HumanBytes(p.CPUBytes))
-	fmt.Fprintf(tw, "  predicted decode\t%.1f tok/s (CPU %.0f GB/s, GPU %.0f GB/s, depth %d)\n", p.DecodeTokS, r.Options.CPUBandwidth, r.Options.GPUBandwidth, r.Options.Depth)
+	writeDecode(tw, r)
 	if p.PromptTokS > 0 {
 		fmt.Fprintf(tw, "  predicted prompt\t%.0f tok/s\n", p.PromptTokS)
 	}
@@ -144,6 +144,26 @@ func (r *Report) WriteTable(w io.Writer, perLayer bool) error {
 		fmt.Fprintf(tw, "  (same as)\t-ot '%s'\n", p.OverrideArg)
 	}
 	return tw.Flush()
+}
+
+// writeDecode prints the predicted decode speed and what it assumes: the time of each term,
+// the bandwidths, the context depth and the overheads.
+func writeDecode(tw io.Writer, r *Report) {
+	p, d, o := r.Placement, r.Placement.Decode, r.Options
+	h := o.Overheads
+	fmt.Fprintf(tw, "  predicted decode\t%.1f tok/s at depth %d (%.3f ms/token, %s-bound); %.1f tok/s with the %d-token context full\n",
+		p.DecodeTokS, d.Depth, d.TotalMS, d.Bound, p.DecodeFullTokS, o.Ctx)
+	fmt.Fprintf(tw, "    reads\t%.3f ms: active weights + %s of KV cache per token; CPU %.3f ms at %g GB/s, GPU %.3f ms at %g GB/s\n",
+		d.CPUReadMS+d.GPUReadMS, HumanBytes(d.KVReadBytes), d.CPUReadMS, o.CPUBandwidth, d.GPUReadMS, o.GPUBandwidth)
+	fmt.Fprintf(tw, "    CPU arithmetic\t%.3f ms: %.3g FLOP/token at %g GFLOP/s, overlapping the CPU reads (the longer counts)\n",
+		d.CPUComputeMS, d.CPUFLOP, h.CPUGFLOPS)
+	parts := []string{fmt.Sprintf("%g µs per step", h.TokenUS), fmt.Sprintf("sampling %d × %g ns", r.Shape.NVocab, h.SampleNS),
+		fmt.Sprintf("%d CPU blocks × %g µs", d.CPUBlocks, h.CPUBlockUS)}
+	if d.GPUUsed {
+		parts = append(parts, fmt.Sprintf("%d GPU blocks × %g µs", d.GPUBlocks, h.GPUBlockUS), fmt.Sprintf("%g µs per GPU step", h.GPUTokenUS),
+			fmt.Sprintf("%d CPU↔GPU hand-overs × %g µs", d.Switches, h.SwitchUS))
+	}
+	fmt.Fprintf(tw, "    overheads\t%.3f ms: %s\n", d.OverheadMS, strings.Join(parts, " + "))
 }
 
 func onOff(b bool) string {

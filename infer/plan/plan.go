@@ -28,13 +28,41 @@ type Options struct {
 	CPUGFLOPS    float64 // sustained CPU GFLOP/s for prompt processing (0: no prompt prediction)
 	GPUTFLOPS    float64 // sustained GPU TFLOP/s for prompt processing (0: no prompt prediction)
 	Depth        int     // tokens already in the KV cache when predicting decode speed
+	// Overheads are the decode costs that do not scale with the bytes read.
+	Overheads Overheads
+}
+
+// Overheads are the parts of a decode step that bandwidth does not account for. Without them
+// a small model's prediction is absurd (a 1 MB model at 900 GB/s would decode a million
+// tokens per second); with them every model is bounded by the fixed costs of a step. The
+// defaults are round figures for llama.cpp's structure, not measurements of any machine:
+// per block it runs about 20 graph nodes, and the CPU backend ends each node with a barrier
+// of its threads (ggml_graph_compute_thread in ggml/src/ggml-cpu/ggml-cpu.c) while the CUDA
+// backend launches about 20 kernels (ggml_backend_cuda_graph_compute in
+// ggml/src/ggml-cuda/ggml-cuda.cu); each step also builds and schedules a graph
+// (llama_context::decode), copies logits back and samples from the whole vocabulary.
+type Overheads struct {
+	TokenUS    float64 `json:"token_us"`            // per step: graph build and scheduling, embedding lookup, logits
+	SampleNS   float64 `json:"sample_ns_per_vocab"` // sampling, per vocabulary entry
+	CPUBlockUS float64 `json:"cpu_block_us"`        // per block (or expert part of a block) computed on the CPU
+	GPUBlockUS float64 `json:"gpu_block_us"`        // per block on the GPU: kernel launches
+	GPUTokenUS float64 `json:"gpu_token_us"`        // per step with any GPU work: launch of the graph, synchronisation
+	SwitchUS   float64 `json:"switch_us"`           // per hand-over of the hidden state between CPU and GPU
+	CPUGFLOPS  float64 `json:"cpu_decode_gflops"`   // CPU arithmetic rate of decode (mat-vec, attention)
+}
+
+// DefaultOverheads: 100 µs per step, 2 ns per vocabulary entry, 20 µs per CPU block, 30 µs per
+// GPU block, 50 µs per step using the GPU, 20 µs per CPU↔GPU hand-over, 400 GFLOP/s of CPU
+// arithmetic.
+func DefaultOverheads() Overheads {
+	return Overheads{TokenUS: 100, SampleNS: 2, CPUBlockUS: 20, GPUBlockUS: 30, GPUTokenUS: 50, SwitchUS: 20, CPUGFLOPS: 400}
 }
 
 // DefaultOptions: 4096 context, f16 cache, 512 micro-batch, no GPU, 40 GB/s CPU and 900 GB/s
-// GPU bandwidth, 512 MiB GPU reserve.
+// GPU bandwidth, 512 MiB GPU reserve, DefaultOverheads.
 func DefaultOptions() Options {
 	return Options{Ctx: 4096, CacheTypeK: gguf.TypeF16, CacheTypeV: gguf.TypeF16, UBatch: 512,
-		GPUReserve: 512 << 20, CPUBandwidth: 40, GPUBandwidth: 900}
+		GPUReserve: 512 << 20, CPUBandwidth: 40, GPUBandwidth: 900, Overheads: DefaultOverheads()}
 }
 
 // LayerBytes is the weight memory of one block by group.
@@ -71,17 +99,38 @@ type Breakdown struct {
 
 // Placement is a split of the model between GPU and CPU.
 type Placement struct {
-	GPULayers   int     `json:"gpu_layers"`    // blocks on the GPU (the last ones, as -ngl offloads)
-	OutputOnGPU bool    `json:"output_on_gpu"` // LM head on the GPU (-ngl > n_layer)
-	CPUMoE      int     `json:"cpu_moe"`       // blocks (the first ones) whose experts stay on the CPU
-	GPUBytes    int64   `json:"gpu_bytes"`
-	CPUBytes    int64   `json:"cpu_bytes"`
-	Fits        bool    `json:"fits"`
-	DecodeTokS  float64 `json:"decode_tok_s"`
-	PromptTokS  float64 `json:"prompt_tok_s,omitempty"`
-	NGL         int     `json:"ngl"` // the -ngl value
-	Args        string  `json:"llama_args"`
-	OverrideArg string  `json:"override_tensor,omitempty"` // the -ot form of --n-cpu-moe
+	GPULayers   int        `json:"gpu_layers"`    // blocks on the GPU (the last ones, as -ngl offloads)
+	OutputOnGPU bool       `json:"output_on_gpu"` // LM head on the GPU (-ngl > n_layer)
+	CPUMoE      int        `json:"cpu_moe"`       // blocks (the first ones) whose experts stay on the CPU
+	GPUBytes    int64      `json:"gpu_bytes"`
+	CPUBytes    int64      `json:"cpu_bytes"`
+	Fits        bool       `json:"fits"`
+	DecodeTokS  float64    `json:"decode_tok_s"`
+	Decode      DecodeTime `json:"decode"` // what DecodeTokS is made of
+	// DecodeFullTokS is the decode speed with the whole context in the KV cache.
+	DecodeFullTokS float64 `json:"decode_full_ctx_tok_s"`
+	PromptTokS     float64 `json:"prompt_tok_s,omitempty"`
+	NGL            int     `json:"ngl"` // the -ngl value
+	Args           string  `json:"llama_args"`
+	OverrideArg    string  `json:"override_tensor,omitempty"` // the -ot form of --n-cpu-moe
+}
+
+// DecodeTime is the predicted time of one decode step, in milliseconds, by cause. The CPU's
+// reads and arithmetic overlap (the longer of the two counts); everything else adds up.
+type DecodeTime struct {
+	Depth        int     `json:"depth"`          // tokens in the KV cache
+	CPUReadMS    float64 `json:"cpu_read_ms"`    // weights and KV cache read on the CPU at CPUBandwidth
+	GPUReadMS    float64 `json:"gpu_read_ms"`    // the same on the GPU at GPUBandwidth
+	CPUComputeMS float64 `json:"cpu_compute_ms"` // 2 FLOP per active CPU-side weight + attention over the depth
+	OverheadMS   float64 `json:"overhead_ms"`    // Overheads: per step, sampling, per block, hand-overs
+	TotalMS      float64 `json:"total_ms"`
+	KVReadBytes  int64   `json:"kv_read_bytes"` // KV cache read per token at Depth
+	CPUFLOP      float64 `json:"cpu_flop"`      // arithmetic per token on the CPU
+	CPUBlocks    int     `json:"cpu_blocks"`    // blocks (or their experts) computed on the CPU
+	GPUBlocks    int     `json:"gpu_blocks"`
+	GPUUsed      bool    `json:"gpu_used"`
+	Switches     int     `json:"switches"` // CPU↔GPU hand-overs per token
+	Bound        string  `json:"bound"`    // the largest term: "bandwidth", "compute" or "overhead"
 }
 
 // Report is a complete plan.
@@ -94,18 +143,19 @@ type Report struct {
 }
 
 type optJSON struct {
-	Ctx          int     `json:"ctx"`
-	CacheTypeK   string  `json:"cache_type_k"`
-	CacheTypeV   string  `json:"cache_type_v"`
-	UBatch       int     `json:"ubatch"`
-	FlashAttn    bool    `json:"flash_attn"`
-	VRAM         int64   `json:"vram_bytes"`
-	GPUReserve   int64   `json:"gpu_reserve_bytes"`
-	CPUBandwidth float64 `json:"cpu_bw_gbs"`
-	GPUBandwidth float64 `json:"gpu_bw_gbs"`
-	CPUGFLOPS    float64 `json:"cpu_gflops,omitempty"`
-	GPUTFLOPS    float64 `json:"gpu_tflops,omitempty"`
-	Depth        int     `json:"depth"`
+	Ctx          int       `json:"ctx"`
+	CacheTypeK   string    `json:"cache_type_k"`
+	CacheTypeV   string    `json:"cache_type_v"`
+	UBatch       int       `json:"ubatch"`
+	FlashAttn    bool      `json:"flash_attn"`
+	VRAM         int64     `json:"vram_bytes"`
+	GPUReserve   int64     `json:"gpu_reserve_bytes"`
+	CPUBandwidth float64   `json:"cpu_bw_gbs"`
+	GPUBandwidth float64   `json:"gpu_bw_gbs"`
+	CPUGFLOPS    float64   `json:"cpu_gflops,omitempty"`
+	GPUTFLOPS    float64   `json:"gpu_tflops,omitempty"`
+	Depth        int       `json:"depth"`
+	Overheads    Overheads `json:"overheads"`
 }
 
 func (o Options) validate() error {
@@ -122,6 +172,15 @@ func (o Options) validate() error {
 		return fmt.Errorf("negative throughput")
 	case o.Depth < 0 || o.Depth > o.Ctx:
 		return fmt.Errorf("depth %d outside the context %d", o.Depth, o.Ctx)
+	}
+	h := o.Overheads
+	for _, v := range []float64{h.TokenUS, h.SampleNS, h.CPUBlockUS, h.GPUBlockUS, h.GPUTokenUS, h.SwitchUS} {
+		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+			return fmt.Errorf("overheads must be finite and >= 0")
+		}
+	}
+	if h.CPUGFLOPS <= 0 || math.IsNaN(h.CPUGFLOPS) {
+		return fmt.Errorf("the CPU decode arithmetic rate must be > 0")
 	}
 	for _, t := range []gguf.GGMLType{o.CacheTypeK, o.CacheTypeV} {
 		switch t {
@@ -180,7 +239,7 @@ func Analyze(m *Model, o Options) (*Report, error) {
 	r := &Report{Source: m.Source, Shape: s, Options: optJSON{Ctx: o.Ctx, CacheTypeK: o.CacheTypeK.String(),
 		CacheTypeV: o.CacheTypeV.String(), UBatch: o.UBatch, FlashAttn: o.FlashAttn, VRAM: o.VRAM,
 		GPUReserve: o.GPUReserve, CPUBandwidth: o.CPUBandwidth, GPUBandwidth: o.GPUBandwidth,
-		CPUGFLOPS: o.CPUGFLOPS, GPUTFLOPS: o.GPUTFLOPS, Depth: o.Depth}}
+		CPUGFLOPS: o.CPUGFLOPS, GPUTFLOPS: o.GPUTFLOPS, Depth: o.Depth, Overheads: o.Overheads}}
 	b := &r.Memory
 	b.Params, b.ActiveParams = m.Params()
 	b.ByGroup = map[string]int64{}
@@ -265,8 +324,8 @@ func evaluate(m *Model, b *Breakdown, o Options, ngl, cpuMoE int) Placement {
 	L := s.NLayer
 	p := Placement{GPULayers: min(ngl, L), OutputOnGPU: ngl > L, CPUMoE: cpuMoE, NGL: ngl}
 	first := L - p.GPULayers // first block on the GPU
-	var gpuRead, cpuRead float64
-	kvRead := float64(b.KVPerToken/int64(L)) * float64(o.Depth)
+	var st decodeState
+	kvRow := float64(b.KVPerToken / int64(L)) // KV bytes of one cached token in one block
 	for i, l := range b.Layers {
 		dense := l.Total - l.Experts
 		activeExp := float64(l.Experts)
@@ -274,18 +333,25 @@ func evaluate(m *Model, b *Breakdown, o Options, ngl, cpuMoE int) Placement {
 			activeExp = float64(l.Experts) * float64(s.NExpertUsed) / float64(s.NExpert)
 		}
 		if i >= first {
+			st.gpuBlocks++
 			p.GPUBytes += dense + l.KV
-			gpuRead += float64(dense) + kvRead
+			st.gpuWeights += float64(dense)
+			st.gpuKVRow += kvRow
 			if i < cpuMoE {
 				p.CPUBytes += l.Experts
-				cpuRead += activeExp
+				st.cpuWeights += activeExp
+				st.cpuBlocks++
+				st.switches += 2 // to the CPU for the experts and back
 			} else {
 				p.GPUBytes += l.Experts
-				gpuRead += activeExp
+				st.gpuWeights += activeExp
 			}
 		} else {
 			p.CPUBytes += l.Total + l.KV
-			cpuRead += float64(dense) + activeExp + kvRead
+			st.cpuWeights += float64(dense) + activeExp
+			st.cpuKVRow += kvRow
+			st.cpuBlocks++
+			st.cpuAttnBlocks++
 		}
 	}
 	head := lmHeadBytes(m)
@@ -296,26 +362,31 @@ func evaluate(m *Model, b *Breakdown, o Options, ngl, cpuMoE int) Placement {
 		if tiedHead {
 			p.GPUBytes += head // llama.cpp duplicates a tied head onto the output device
 		}
-		gpuRead += float64(head)
+		st.gpuWeights += float64(head)
 	} else {
 		p.CPUBytes += b.Output
-		cpuRead += float64(head)
+		st.cpuWeights += float64(head)
 	}
 	p.CPUBytes += b.Embedding
 	if p.GPULayers > 0 || p.OutputOnGPU {
 		p.GPUBytes += computeBytes(s, o, p.OutputOnGPU) + o.GPUReserve
 		p.CPUBytes += computeBytes(s, o, !p.OutputOnGPU) / 4 // host staging buffers; estimate
+		// the token embedding is looked up on the CPU and the hidden state goes to the GPU;
+		// with the head on the CPU, the hidden state comes back before it
+		st.switches++
+		if !p.OutputOnGPU {
+			st.switches++
+		}
 	} else {
 		p.CPUBytes += computeBytes(s, o, true)
 	}
 	p.Fits = p.GPUBytes == 0 || p.GPUBytes <= o.VRAM
-	sec := cpuRead/(o.CPUBandwidth*1e9) + gpuRead/(o.GPUBandwidth*1e9)
-	if sec > 0 {
-		p.DecodeTokS = 1 / sec
-	}
+	p.Decode = st.time(s, b, o, o.Depth)
+	p.DecodeTokS = 1e3 / p.Decode.TotalMS
+	p.DecodeFullTokS = 1e3 / st.time(s, b, o, o.Ctx).TotalMS
 	if o.CPUGFLOPS > 0 && (o.GPUTFLOPS > 0 || (p.GPULayers == 0 && !p.OutputOnGPU)) {
 		// prompt: 2 FLOP per active weight per token, split by where the weights live
-		gpuFrac := gpuRead / max(gpuRead+cpuRead, 1)
+		gpuFrac := st.gpuWeights / max(st.gpuWeights+st.cpuWeights, 1)
 		flops := 2 * float64(b.ActiveParams)
 		t := flops * (1 - gpuFrac) / (o.CPUGFLOPS * 1e9)
 		if o.GPUTFLOPS > 0 {
@@ -329,8 +400,63 @@ func evaluate(m *Model, b *Breakdown, o Options, ngl, cpuMoE int) Placement {
 	return p
 }
 
+// workMS is the time the step spends reading memory and computing, without the overheads.
+func (d DecodeTime) workMS() float64 { return max(d.CPUReadMS, d.CPUComputeMS) + d.GPUReadMS }
+
+// decodeState is what one decode step does on each device under a placement.
+type decodeState struct {
+	cpuWeights, gpuWeights float64 // weight bytes read per token
+	cpuKVRow, gpuKVRow     float64 // KV bytes read per cached token
+	cpuBlocks, gpuBlocks   int     // blocks (or their expert parts) computed on each device
+	cpuAttnBlocks          int     // blocks whose attention runs on the CPU
+	switches               int     // CPU↔GPU hand-overs of the hidden state
+}
+
+// time is one decode step with depth tokens in the cache: the bytes each device reads at its
+// bandwidth, the CPU's arithmetic (overlapping its reads: the longer counts) and the
+// Overheads.
+func (st decodeState) time(s Shape, b *Breakdown, o Options, depth int) DecodeTime {
+	h := o.Overheads
+	d := DecodeTime{Depth: depth, CPUBlocks: st.cpuBlocks, GPUBlocks: st.gpuBlocks, Switches: st.switches}
+	cpuKV, gpuKV := st.cpuKVRow*float64(depth), st.gpuKVRow*float64(depth)
+	d.KVReadBytes = int64(cpuKV + gpuKV)
+	d.CPUReadMS = (st.cpuWeights + cpuKV) / (o.CPUBandwidth * 1e9) * 1e3
+	d.GPUReadMS = (st.gpuWeights + gpuKV) / (o.GPUBandwidth * 1e9) * 1e3
+	// 2 FLOP per active weight, the CPU's share by bytes; attention: q·k and p·v over the
+	// cached tokens, 2 FLOP each per head dimension, in the CPU's blocks
+	if w := st.cpuWeights + st.gpuWeights; w > 0 {
+		d.CPUFLOP = 2 * float64(b.ActiveParams) * st.cpuWeights / w
+	}
+	d.CPUFLOP += float64(st.cpuAttnBlocks) * 4 * float64(s.NHead*s.HeadDim) * float64(depth)
+	d.CPUComputeMS = d.CPUFLOP / (h.CPUGFLOPS * 1e9) * 1e3
+	us := h.TokenUS + h.SampleNS*float64(s.NVocab)/1e3 + h.CPUBlockUS*float64(st.cpuBlocks) +
+		h.GPUBlockUS*float64(st.gpuBlocks) + h.SwitchUS*float64(st.switches)
+	if st.gpuBlocks > 0 || st.switches > 0 {
+		d.GPUUsed = true
+		us += h.GPUTokenUS
+	}
+	d.OverheadMS = us / 1e3
+	d.TotalMS = max(d.CPUReadMS, d.CPUComputeMS) + d.GPUReadMS + d.OverheadMS
+	// the bound is the largest of the three terms that make up the total
+	memory, compute := d.CPUReadMS+d.GPUReadMS, 0.0
+	if d.CPUComputeMS > d.CPUReadMS {
+		memory, compute = d.GPUReadMS, d.CPUComputeMS
+	}
+	switch {
+	case d.OverheadMS >= memory && d.OverheadMS >= compute:
+		d.Bound = "overhead"
+	case compute > memory:
+		d.Bound = "compute"
+	default:
+		d.Bound = "bandwidth"
+	}
+	return d
+}
+
 // bestPlacement tries every (-ngl, --n-cpu-moe) pair and keeps the fastest that fits; with no
-// VRAM it returns the CPU-only placement.
+// VRAM it returns the CPU-only placement. Fastest means the least time reading memory and
+// computing on the CPU: the fixed overheads are rough figures, and letting them decide would
+// keep a small model off a GPU that holds it on a guess.
 func bestPlacement(m *Model, b *Breakdown, o Options) Placement {
 	L := m.Shape.NLayer
 	best := evaluate(m, b, o, 0, 0)
@@ -354,7 +480,7 @@ func bestPlacement(m *Model, b *Breakdown, o Options) Placement {
 			if !p.Fits {
 				continue
 			}
-			if p.DecodeTokS > best.DecodeTokS*(1+1e-9) {
+			if p.Decode.workMS() < best.Decode.workMS()*(1-1e-9) {
 				best = p
 			}
 			break // larger k only moves more to the CPU

@@ -186,7 +186,8 @@ func TestPlacementDense(t *testing.T) {
 	if more := evaluate(m, &r.Memory, o, p.NGL+1, 0); more.Fits {
 		t.Fatalf("3 GiB: -ngl %d also fits (%d bytes)", p.NGL+1, more.GPUBytes)
 	}
-	// CPU only: decode speed is the bandwidth divided by the bytes read per token
+	// CPU only: a big model is bandwidth-bound: the read term is the bytes read per token over
+	// the bandwidth, and the overheads and arithmetic cost it little
 	o.VRAM = 0
 	r, _ = Analyze(m, o)
 	p = r.Placement
@@ -195,8 +196,12 @@ func TestPlacementDense(t *testing.T) {
 		read += float64(l.Total)
 	}
 	read += float64(lmHeadBytes(m))
-	if got, w := p.DecodeTokS, o.CPUBandwidth*1e9/read; got < w*0.999 || got > w*1.001 {
-		t.Errorf("CPU decode %.2f tok/s, want %.2f", got, w)
+	bw := o.CPUBandwidth * 1e9 / read
+	if got, w := p.Decode.CPUReadMS, 1e3/bw; got < w*0.999 || got > w*1.001 {
+		t.Errorf("CPU read time %.3f ms, want %.3f", got, w)
+	}
+	if p.Decode.Bound != "bandwidth" || p.DecodeTokS > bw || p.DecodeTokS < 0.95*bw {
+		t.Errorf("CPU decode %.2f tok/s (%s-bound), want bandwidth-bound near %.2f", p.DecodeTokS, p.Decode.Bound, bw)
 	}
 	if p.NGL != 0 || p.GPUBytes != 0 || !strings.HasPrefix(p.Args, "-ngl 0") {
 		t.Errorf("CPU only: %+v", p)
@@ -294,7 +299,8 @@ func TestReportOutput(t *testing.T) {
 	if err := r.WriteTable(&tb, false); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"30.53B total, 3.35B active", "experts", "KV cache (4096 ctx, f16/f16)", "-ngl 49 --n-cpu-moe", "predicted decode", "predicted prompt", "0-47"} {
+	for _, want := range []string{"30.53B total, 3.35B active", "experts", "KV cache (4096 ctx, f16/f16)", "-ngl 49 --n-cpu-moe", "predicted decode", "predicted prompt", "0-47",
+		"at depth 0", "-bound", "with the 4096-token context full", "at 40 GB/s", "at 900 GB/s", "GFLOP/s", "µs per step", "CPU↔GPU hand-overs"} {
 		if !strings.Contains(tb.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, tb.String())
 		}
@@ -428,5 +434,62 @@ func TestPlacementAllExpertsOnCPU(t *testing.T) {
 		t.Fatalf("1 GiB, experts on the CPU: %+v", p)
 	} else {
 		t.Logf("1 GiB: -ngl %d, --n-cpu-moe %d, fits %v", p.NGL, p.CPUMoE, p.Fits)
+	}
+}
+
+// Bandwidth alone is not a prediction: a small model at any bandwidth is bounded by the fixed
+// costs of a decode step (a 2-layer model once predicted a million tokens per second), while a
+// big model stays bandwidth-bound, on the CPU and fully offloaded.
+func TestDecodeOverheads(t *testing.T) {
+	small, err := FromShape(Shape{Arch: "qwen3", NLayer: 2, NEmbd: 128, NFF: 256, NHead: 2, NHeadKV: 1, HeadDim: 64,
+		NVocab: 1536, Tied: true, QKNorm: true, CtxTrain: 4096}, TypeMix{Default: gguf.TypeQ8_0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := DefaultOptions()
+	for _, bw := range []float64{40, 1e6} {
+		for _, vram := range []int64{0, 8 * gib} {
+			o.CPUBandwidth, o.GPUBandwidth, o.VRAM = bw, bw*20, vram
+			r, err := Analyze(small, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := r.Placement
+			if p.DecodeTokS >= 1e4 || p.Decode.Bound != "overhead" || p.Decode.OverheadMS < o.Overheads.TokenUS/1e3 {
+				t.Errorf("small model, %g GB/s, VRAM %d: %.0f tok/s (%s-bound, %+v), want < 10k and overhead-bound",
+					bw, vram, p.DecodeTokS, p.Decode.Bound, p.Decode)
+			}
+			if d := p.Decode; d.TotalMS < d.OverheadMS+d.GPUReadMS+max(d.CPUReadMS, d.CPUComputeMS)-1e-12 {
+				t.Errorf("total %.4f ms is less than its terms %+v", d.TotalMS, d)
+			}
+		}
+	}
+	// attention over a full context costs the small model time
+	o = DefaultOptions()
+	r, _ := Analyze(small, o)
+	if r.Placement.DecodeFullTokS >= r.Placement.DecodeTokS {
+		t.Errorf("decode with the context full (%.0f tok/s) is not slower than at depth 0 (%.0f)", r.Placement.DecodeFullTokS, r.Placement.DecodeTokS)
+	}
+
+	big := mustHF(t, qwen3_8b, "q4_K")
+	o.VRAM = 24 * gib
+	r, err = Analyze(big, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := r.Placement
+	bwOnly := 1e3 / p.Decode.GPUReadMS
+	if p.GPULayers != 36 || p.Decode.Bound != "bandwidth" || p.Decode.GPUReadMS < 0.6*p.Decode.TotalMS {
+		t.Errorf("Qwen3-8B on a 24 GiB GPU: %.1f tok/s (%s-bound), bandwidth alone %.1f", p.DecodeTokS, p.Decode.Bound, bwOnly)
+	}
+	// the KV cache read at depth is part of the reads
+	o.Depth = o.Ctx
+	rd, _ := Analyze(big, o)
+	if want := r.Memory.KVPerToken * int64(o.Ctx); rd.Placement.Decode.KVReadBytes != want || rd.Placement.Decode.GPUReadMS <= p.Decode.GPUReadMS {
+		t.Errorf("depth %d: KV read %d bytes (want %d), GPU read %.3f ms vs %.3f at depth 0",
+			o.Ctx, rd.Placement.Decode.KVReadBytes, want, rd.Placement.Decode.GPUReadMS, p.Decode.GPUReadMS)
+	}
+	if rd.Placement.DecodeTokS != rd.Placement.DecodeFullTokS {
+		t.Errorf("at depth = ctx the two figures differ: %.3f vs %.3f", rd.Placement.DecodeTokS, rd.Placement.DecodeFullTokS)
 	}
 }

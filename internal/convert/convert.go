@@ -19,7 +19,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strings"
 	"time"
 
@@ -291,6 +290,8 @@ func planHF(m *hfModel, opts *Options) (*Plan, error) {
 		if err != nil {
 			return nil, err
 		}
+		// The budget replaced the preset's types: the preset's name no longer describes them.
+		ftype = mixtureFileType(decisionTypes(ts, decisions))
 	}
 	p.FileType = ftype.String()
 	p.metadata.Set("general.file_type", gguf.Uint32(uint32(ftype)))
@@ -343,7 +344,9 @@ func attachImportance(p *Plan, j *job, d policy.Decision, imp *importanceLookup,
 }
 
 // decide runs the selected policy. It returns the decisions (in ts order), the file type and
-// the config's imatrix path (turboquant).
+// the config's imatrix path (turboquant). A preset's file type is the preset, whatever tensors
+// --tensor-type and the mixture rules change, as llama-quantize writes the requested ftype
+// (llama_model_quantize_impl in src/llama-quant.cpp); turboquant's is mixtureFileType's.
 func decide(p *Plan, model policy.Model, ts []policy.Tensor, opts *Options, srcDType safetensors.DType, dir string) ([]policy.Decision, policy.FileType, string, error) {
 	if opts.TurboQuant {
 		p.Policy = "turboquant"
@@ -395,7 +398,7 @@ func decide(p *Plan, model policy.Model, ts []policy.Tensor, opts *Options, srcD
 		if err != nil {
 			return nil, 0, "", err
 		}
-		return ds, dominantFileType(ts, ds), imPath, nil
+		return ds, mixtureFileType(decisionTypes(ts, ds)), imPath, nil
 	}
 	p.Policy = "preset"
 	name := opts.OutType
@@ -454,28 +457,6 @@ func (o *Options) mixture(ft policy.FileType) (*policy.Mixture, error) {
 		mix.TokenEmbeddingType = t
 	}
 	return mix, nil
-}
-
-// dominantFileType is the llama_ftype of the type holding most weights among quantized tensors.
-func dominantFileType(ts []policy.Tensor, ds []policy.Decision) policy.FileType {
-	count := map[gguf.GGMLType]int64{}
-	for i, d := range ds {
-		if policy.AllowsQuantization(ts[i], false) {
-			count[d.Type] += ts[i].Elements()
-		}
-	}
-	best, bestN := gguf.TypeF16, int64(-1)
-	keys := make([]gguf.GGMLType, 0, len(count))
-	for k := range count {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
-	for _, k := range keys {
-		if count[k] > bestN {
-			best, bestN = k, count[k]
-		}
-	}
-	return policy.FileTypeFor(best)
 }
 
 // writePlan writes the plan's tensors to out.

@@ -23,6 +23,7 @@ type Plan struct {
 	BPW       float64        `json:"bpw"`        // Bytes*8/Elements
 	InputBPW  float64        `json:"input_bpw"`  // of the source tensors
 	TypeCount map[string]int `json:"type_count"` // tensors per type
+	Types     []TypeMix      `json:"types"`      // the mix of types, most bytes first
 	Fallbacks int            `json:"fallbacks"`
 	// Importance is the number of tensors quantized with importance weights.
 	Importance int      `json:"importance_tensors"`
@@ -43,6 +44,15 @@ type PlanTensor struct {
 	SourceType string   `json:"source_type"`
 	Sources    []string `json:"sources,omitempty"`
 	Importance bool     `json:"importance,omitempty"`
+}
+
+// TypeMix is one ggml type's share of a Plan: how many tensors, weights and bytes it holds.
+type TypeMix struct {
+	Type     string  `json:"type"`
+	Tensors  int     `json:"tensors"`
+	Elements int64   `json:"elements"`
+	Bytes    int64   `json:"bytes"`
+	BPW      float64 `json:"bpw"`
 }
 
 // Metadata returns the GGUF metadata the output will carry (tensor data excluded).
@@ -73,6 +83,40 @@ func (p *Plan) finish() {
 		p.BPW = float64(p.Bytes) * 8 / float64(p.Elements)
 		p.InputBPW = inBytes * 8 / float64(p.Elements)
 	}
+	p.Types = typeMix(p.Tensors)
+}
+
+// typeMix sums tensors, weights and bytes per type, most bytes first.
+func typeMix(ts []PlanTensor) []TypeMix {
+	idx := map[string]int{}
+	var out []TypeMix
+	for _, t := range ts {
+		i, ok := idx[t.Type]
+		if !ok {
+			i = len(out)
+			idx[t.Type] = i
+			out = append(out, TypeMix{Type: t.Type})
+		}
+		n := int64(1)
+		for _, d := range t.Shape {
+			n *= d
+		}
+		out[i].Tensors++
+		out[i].Elements += n
+		out[i].Bytes += t.Bytes
+	}
+	for i := range out {
+		if out[i].Elements > 0 {
+			out[i].BPW = float64(out[i].Bytes) * 8 / float64(out[i].Elements)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Bytes != out[j].Bytes {
+			return out[i].Bytes > out[j].Bytes
+		}
+		return out[i].Type < out[j].Type
+	})
+	return out
 }
 
 func srcBits(t string) float64 {

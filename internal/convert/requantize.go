@@ -154,6 +154,7 @@ func planGGUF(g *ggufModel, opts *RequantizeOptions) (*Plan, error) {
 		if ds, err = solveBudget(p, ts, ds, reads, rpm, imp, o); err != nil {
 			return nil, err
 		}
+		ftype = mixtureFileType(decisionTypes(ts, ds))
 	}
 	p.FileType = ftype.String()
 	p.metadata.Set("general.quantization_version", gguf.Uint32(2))
