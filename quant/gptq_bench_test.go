@@ -54,7 +54,7 @@ func BenchmarkGPTQ(b *testing.B) {
 			w := gaussian(uint64(n), n*n)
 			dst := make([]byte, n*mustRowSize(b, typ, n))
 			t0 := time.Now()
-			if _, err := h.factor(gptqDefaultDamp); err != nil {
+			if _, err := h.factor(gptqDefaultDamp, false); err != nil {
 				b.Fatal(err)
 			}
 			factor := time.Since(t0)

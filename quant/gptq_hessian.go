@@ -132,6 +132,7 @@ func (h *Hessian) Add(x []float32, rows int) error {
 //	vt[i·n+j] = V[i][j] / V[j][j] for j > i   (the feedback coefficients)
 //	vdiag[j]  = V[j][j]
 //	diag[j]   = H[j][j] + λ
+//	hf        = H + λI as float32 (only built for Refine)
 //
 // With r = w − q the residual of a row, the weight that column j is rounded from is
 // w'_j = w_j + Σ_{i<j} r_i·vt[i][j], which is GPTQ's update written without H⁻¹
@@ -144,25 +145,55 @@ type gptqFactor struct {
 	vt     []float32
 	vdiag  []float64
 	diag   []float64
+	hf     []float32
+	dead   []bool // H_jj = 0
 }
 
 // gptqMaxDampTries is how often the damping is multiplied by 10 when the Cholesky
 // factorisation fails.
 const gptqMaxDampTries = 4
 
-// factor returns the (cached) factorisation for relative damping damp.
-func (h *Hessian) factor(damp float64) (*gptqFactor, error) {
+// factor returns the (cached) factorisation for relative damping damp; withH
+// also makes sure its float32 copy of H + λI is present (for Refine).
+func (h *Hessian) factor(damp float64, withH bool) (*gptqFactor, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.fac != nil && h.fac.damp == damp {
-		return h.fac, nil
+	if h.fac == nil || h.fac.damp != damp {
+		f, err := h.factorize(damp)
+		if err != nil {
+			return nil, err
+		}
+		h.fac = f
 	}
-	f, err := h.factorize(damp)
-	if err != nil {
-		return nil, err
+	if withH && h.fac.hf == nil {
+		h.fac.hf = h.dampedF32(h.fac)
 	}
-	h.fac = f
-	return f, nil
+	return h.fac, nil
+}
+
+// dampedF32 returns H + λI as float32 n×n (both triangles), with the dead columns
+// decoupled exactly as in the factorisation.
+func (h *Hessian) dampedF32(f *gptqFactor) []float32 {
+	n := h.n
+	scale := 1.0
+	if h.count > 0 {
+		scale = 1 / h.count
+	}
+	hf := make([]float32, n*n)
+	for i := 0; i < n; i++ {
+		hf[i*n+i] = float32(f.diag[i])
+		if f.dead[i] { // H_ii = 0: no off-diagonal terms
+			continue
+		}
+		for j := i + 1; j < n; j++ {
+			if f.dead[j] {
+				continue
+			}
+			v := float32(h.sum[i*n+j] * scale)
+			hf[i*n+j], hf[j*n+i] = v, v
+		}
+	}
+	return hf
 }
 
 func (h *Hessian) factorize(damp float64) (*gptqFactor, error) {
@@ -216,7 +247,9 @@ func (h *Hessian) factorize(damp float64) (*gptqFactor, error) {
 	if !ok {
 		return nil, fmt.Errorf("Hessian is not positive semi-definite: Cholesky factorisation failed even with damping %g × mean diagonal", f.used)
 	}
+	f.dead = make([]bool, n)
 	for i := range diag {
+		f.dead[i] = diag[i] == 0
 		diag[i] += f.lambda
 	}
 	// a now holds R (upper) with reversed(H+λI) = RᵀR, so H+λI = V·Vᵀ with

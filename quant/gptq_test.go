@@ -58,7 +58,7 @@ func TestGPTQLoopAgainstTextbook(t *testing.T) {
 	const ns, n, nrows = 600, 256, 6
 	x := gptqInputs(3, ns, n)
 	h := hessianOf(t, x, n)
-	f, err := h.factor(gptqDefaultDamp)
+	f, err := h.factor(gptqDefaultDamp, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,6 +239,89 @@ func TestGPTQBeatsBlockwise(t *testing.T) {
 			if !(eg < 0.9*ei && eg < 0.9*er) {
 				t.Errorf("%s %v: GPTQ output SSE %g is not < 0.9× improved %g and reference %g", c.name, typ, eg, ei, er)
 			}
+		}
+	}
+}
+
+// gptqHeaderBytes lists, per type, the byte ranges of a block that hold scales and
+// mins (everything else holds codes).
+var gptqHeaderBytes = map[gguf.GGMLType][][2]int{
+	gguf.TypeQ4_0: {{0, 2}}, gguf.TypeQ5_0: {{0, 2}}, gguf.TypeQ8_0: {{0, 2}}, gguf.TypeIQ4_NL: {{0, 2}},
+	gguf.TypeQ4_1: {{0, 4}}, gguf.TypeQ5_1: {{0, 4}},
+	gguf.TypeQ2_K: {{0, 16}, {80, 84}}, gguf.TypeQ3_K: {{96, 110}}, gguf.TypeQ4_K: {{0, 16}},
+	gguf.TypeQ5_K: {{0, 16}}, gguf.TypeQ6_K: {{192, 210}}, gguf.TypeIQ4_XS: {{0, 8}},
+}
+
+// dampedLoss returns (w−y)·(H+λI)·(w−y)ᵀ for one row, in float64.
+func dampedLoss(h *Hessian, lambda float64, w, y []float32) float64 {
+	n := len(w)
+	d := make([]float64, n)
+	for i := range d {
+		d[i] = float64(w[i]) - float64(y[i])
+	}
+	var e float64
+	for i := 0; i < n; i++ {
+		var s float64
+		for j := 0; j < n; j++ {
+			s += h.At(i, j) * d[j]
+		}
+		e += d[i] * (s + lambda*d[i])
+	}
+	return e
+}
+
+// TestGPTQRefine: Refine changes only scale and min bytes (the codes stay), never
+// raises any row's error (w−q)(H+λI)(w−q)ᵀ (computed directly in float64; the
+// refinement accepts a change only when its own estimate is clearly negative, so
+// the tolerance is 1e-9 relative), and lowers the total by at least 0.1 % for
+// every type (measured 1–6 %, logged).
+func TestGPTQRefine(t *testing.T) {
+	const ns, n, nrows = 1200, 512, 8
+	x := gptqInputs(71, ns, n)
+	h := hessianOf(t, x, n)
+	w := studentT3(72, nrows*n)
+	for _, typ := range GPTQTypes() {
+		rs := mustRowSize(t, typ, n)
+		qa := make([]byte, nrows*rs)
+		qb := make([]byte, nrows*rs)
+		if err := QuantizeGPTQ(typ, qa, w, nrows, n, h, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := QuantizeGPTQ(typ, qb, w, nrows, n, h, &GPTQOptions{Refine: true}); err != nil {
+			t.Fatal(err)
+		}
+		ts := gptqSpecs[typ].ts
+		for b := 0; b < len(qa); b += ts {
+			ca, cb := append([]byte(nil), qa[b:b+ts]...), append([]byte(nil), qb[b:b+ts]...)
+			for _, r := range gptqHeaderBytes[typ] {
+				for i := r[0]; i < r[1]; i++ {
+					ca[i], cb[i] = 0, 0
+				}
+			}
+			if !bytes.Equal(ca, cb) {
+				t.Fatalf("%v block %d: Refine changed the codes", typ, b/ts)
+			}
+		}
+		ya, yb := make([]float32, nrows*n), make([]float32, nrows*n)
+		mustDeq(t, typ, ya, qa)
+		mustDeq(t, typ, yb, qb)
+		f, err := h.factor(gptqDefaultDamp, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ta, tb float64
+		for r := 0; r < nrows; r++ {
+			ea := dampedLoss(h, f.lambda, w[r*n:(r+1)*n], ya[r*n:(r+1)*n])
+			eb := dampedLoss(h, f.lambda, w[r*n:(r+1)*n], yb[r*n:(r+1)*n])
+			if eb > ea*(1+1e-9) {
+				t.Errorf("%v row %d: Refine raised the error from %g to %g", typ, r, ea, eb)
+			}
+			ta += ea
+			tb += eb
+		}
+		t.Logf("%-7v Refine: error ×%.4f", typ, tb/ta)
+		if !(tb < 0.999*ta) {
+			t.Errorf("%v: Refine lowered the error only from %g to %g", typ, ta, tb)
 		}
 	}
 }
@@ -442,12 +525,14 @@ func TestGPTQEdgeCases(t *testing.T) {
 }
 
 // FuzzGPTQ: arbitrary weights, inputs and options on small shapes either quantize to
-// blocks whose decoded values are finite and equal the values the loop rounded
-// to, or fail with an error; never a panic.
+// blocks whose decoded values are finite and (without Refine) equal the values the
+// loop rounded to, or fail with an error; never a panic.
 func FuzzGPTQ(f *testing.F) {
 	f.Add(uint8(0), uint8(1), uint8(0), []byte{0, 0, 0x80, 0x3f, 0, 0, 0, 0xc0, 1, 2, 3, 4})
 	f.Add(uint8(7), uint8(2), uint8(3), bytes.Repeat([]byte{0x12, 0x34, 0x56, 0x3f}, 40))
 	f.Add(uint8(11), uint8(0), uint8(1), []byte{0xff, 0xff, 0x7f, 0x7f, 0, 0, 0, 0})
+	f.Add(uint8(8), uint8(2), uint8(13), bytes.Repeat([]byte{0x9a, 0x99, 0x19, 0xbf, 0x33, 0x33, 0x33, 0x40}, 30))
+	f.Add(uint8(1), uint8(1), uint8(12), bytes.Repeat([]byte{0x00, 0x00, 0x80, 0x3e, 0x01, 0x00, 0x00, 0x00}, 9))
 	types := GPTQTypes()
 	f.Fuzz(func(t *testing.T, ti, rows, opt uint8, raw []byte) {
 		typ := types[int(ti)%len(types)]
@@ -493,7 +578,7 @@ func FuzzGPTQ(f *testing.F) {
 		}
 		q := make([]byte, nrows*mustRowSize(t, typ, n))
 		rec := &gptqRecord{used: make([]float32, nrows*n), loss: make([]float64, nrows)}
-		opts := &GPTQOptions{Importance: im, BlockSize: 32 << (opt % 3), Threads: 1 + int(opt)%2}
+		opts := &GPTQOptions{Importance: im, BlockSize: 32 << (opt % 3), Threads: 1 + int(opt)%2, Refine: opt&8 != 0}
 		if err := quantizeGPTQ(typ, q, w, nrows, n, h, opts, rec); err != nil {
 			return
 		}
@@ -505,7 +590,7 @@ func FuzzGPTQ(f *testing.F) {
 			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 				t.Fatalf("%v: w[%d]=%v decoded to %v", typ, i, w[i], v)
 			}
-			if math.Float32bits(v) != math.Float32bits(rec.used[i]) {
+			if !opts.Refine && math.Float32bits(v) != math.Float32bits(rec.used[i]) {
 				t.Fatalf("%v: element %d: loop used %v, decoded %v", typ, i, rec.used[i], v)
 			}
 		}
