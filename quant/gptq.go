@@ -1,0 +1,385 @@
+package quant
+
+// QuantizeGPTQ: error-compensating quantization (GPTQ / OBQ) inside ggml's block
+// formats. See docs/quantization.md, "Error-compensating search (GPTQ in ggml
+// blocks)", for the algorithm and its derivation.
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/quant/kernels"
+)
+
+// GPTQOptions controls QuantizeGPTQ. The zero value (or nil) means the defaults.
+type GPTQOptions struct {
+	// Damp is the relative damping: λ = Damp·mean(diag H) is added to H's diagonal
+	// before it is factorised (0 means 0.01, GPTQ's default). If the factorisation
+	// still fails, λ is multiplied by 10 up to three times before giving up.
+	Damp float64
+	// BlockSize is the number of columns whose error feedback is applied lazily, as
+	// one matrix product, to the columns after them (0 means 128). It must be a
+	// multiple of 32 and either divide the type's block size or be a multiple of it.
+	// The result depends on it only through float32 rounding.
+	BlockSize int
+	// Threads is the number of goroutines (<= 0: runtime.GOMAXPROCS). The output
+	// does not depend on it.
+	Threads int
+	// TensorName is used in error messages.
+	TensorName string
+	// Refine re-fits every block's scales after the column loop, with the codes
+	// fixed, to lower the same H-weighted error further (each change is kept only
+	// where it does). It roughly doubles the cost of the error feedback and keeps
+	// an extra n×n float32 copy of H with the cached factorisation.
+	Refine bool
+	// Importance optionally replaces the per-column weights the block scales are
+	// fitted with (one non-negative value per column, like Options.Importance).
+	// nil means diag(H) + λ.
+	Importance []float32
+}
+
+func (o *GPTQOptions) name() string {
+	if o == nil || o.TensorName == "" {
+		return "(unnamed)"
+	}
+	return o.TensorName
+}
+
+// gptqDefaultDamp and gptqDefaultBlock are GPTQ's defaults (percdamp, blocksize).
+const (
+	gptqDefaultDamp  = 0.01
+	gptqDefaultBlock = 128
+	gptqChunkRows    = 32  // rows processed together by one worker
+	gptqTile         = 512 // columns per tile of the lazy matrix update
+)
+
+// gptqRecord receives diagnostics of one run (tests use it).
+type gptqRecord struct {
+	used []float32 // nrows×ncols: the value each column was rounded to in the loop
+	loss []float64 // nrows: (w−q)·(H+λI)·(w−q)ᵀ accumulated by the column loop
+}
+
+// QuantizeGPTQ quantizes nrows×ncols float32 weights (row-major; each row is one
+// output channel, each column one input) into t's ggml block format, minimising
+// the output error Σ_rows (w−q)·H·(w−q)ᵀ for the input Gram matrix h (ncols ×
+// ncols), instead of each block's own error as Quantize does. dst must be exactly
+// nrows·RowSize(t, ncols) bytes and holds standard ggml blocks afterwards.
+//
+// Columns are processed left to right. When a column starts a block, that block's
+// scales (and mins) are fitted by ModeImproved's block encoder to the current,
+// error-updated weights, weighted by diag(H)+λ (or opts.Importance); each column is
+// then rounded to the nearest value those scales can represent, and its rounding
+// error is propagated to the later columns through the Cholesky factor of H, as
+// GPTQ does. Rows are independent and processed in parallel; the factorisation is
+// cached in h and shared.
+//
+// Supported types: GPTQTypes (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K…Q6_K, IQ4_NL,
+// IQ4_XS). It returns an error naming the tensor for an unsupported type, bad
+// lengths, a row length that is not a multiple of the block size, a Hessian of the
+// wrong size or one that cannot be factorised, bad options, NaN/Inf weights (with
+// row and column), and block scales that overflow fp16.
+func QuantizeGPTQ(t gguf.GGMLType, dst []byte, src []float32, nrows, ncols int, h *Hessian, opts *GPTQOptions) error {
+	return quantizeGPTQ(t, dst, src, nrows, ncols, h, opts, nil)
+}
+
+func quantizeGPTQ(t gguf.GGMLType, dst []byte, src []float32, nrows, ncols int, h *Hessian, opts *GPTQOptions, rec *gptqRecord) error {
+	name := opts.name()
+	fail := func(format string, a ...any) error {
+		return fmt.Errorf("quant: GPTQ: tensor %q (%v): %s", name, t, fmt.Sprintf(format, a...))
+	}
+	sp := gptqSpecs[t]
+	if sp == nil {
+		return fail("type is not supported (supported: %v)", GPTQTypes())
+	}
+	rs, err := rowSize(t, ncols)
+	if err != nil {
+		return fail("%v", err)
+	}
+	if nrows < 0 || (nrows > 0 && ncols > math.MaxInt/nrows) || len(src) != nrows*ncols {
+		return fail("have %d values, want %d rows × %d columns", len(src), nrows, ncols)
+	}
+	if len(dst) != nrows*rs {
+		return fail("destination has %d bytes, want %d (%d rows × %d)", len(dst), nrows*rs, nrows, rs)
+	}
+	if h == nil || h.n != ncols {
+		n := 0
+		if h != nil {
+			n = h.n
+		}
+		return fail("Hessian has %d columns, want %d", n, ncols)
+	}
+	damp, block, threads := gptqDefaultDamp, gptqDefaultBlock, 0
+	var imp []float32
+	var refine bool
+	if opts != nil {
+		if opts.Damp != 0 {
+			damp = opts.Damp
+		}
+		if opts.BlockSize != 0 {
+			block = opts.BlockSize
+		}
+		threads, imp, refine = opts.Threads, opts.Importance, opts.Refine
+	}
+	if !(damp > 0) || damp > 1e6 {
+		return fail("damping %v must be positive and at most 1e6", damp)
+	}
+	if block < 32 || block%32 != 0 || (block%sp.bs != 0 && sp.bs%block != 0) {
+		return fail("lazy block size %d must be a multiple of 32 that divides or is a multiple of the block size %d", block, sp.bs)
+	}
+	if imp != nil {
+		if _, err := checkImportance(imp, ncols, name); err != nil {
+			return err
+		}
+	}
+	if nrows == 0 {
+		return nil
+	}
+	f, err := h.factor(damp, refine)
+	if err != nil {
+		return fail("%v", err)
+	}
+	// Fitting weights: the importance (or diag(H)+λ) scaled by a power of two that
+	// brings the largest to [1, 2), as ModeImproved does; fitWeights replaces
+	// all-zero 16-element chunks by ones.
+	wt := make([]float32, ncols)
+	var mx float64
+	for i := range wt {
+		if imp != nil {
+			mx = max(mx, float64(imp[i]))
+		} else {
+			mx = max(mx, f.diag[i])
+		}
+	}
+	sc := 1.0
+	if mx > 0 {
+		_, e := math.Frexp(mx)
+		sc = math.Ldexp(1, 1-e)
+	}
+	for i := range wt {
+		if imp != nil {
+			wt[i] = float32(float64(imp[i]) * sc)
+		} else {
+			wt[i] = float32(f.diag[i] * sc)
+		}
+	}
+	wf := make([]float32, ncols)
+	for b := 0; b < ncols; b += sp.bs {
+		fitWeights(wf[b:b+sp.bs], wt[b:b+sp.bs])
+	}
+
+	g := &gptqRun{sp: sp, f: f, src: src, dst: dst, n: ncols, rs: rs, block: block,
+		wt: wt, wf: wf, rec: rec, refine: refine, fail: fail,
+		ref: rowQuantizer(t, ModeReference, true, 1), deq: dequantFunc(t)}
+	return g.parallel(nrows, threads)
+}
+
+// gptqRun holds what every worker shares.
+type gptqRun struct {
+	sp     *gptqSpec
+	f      *gptqFactor
+	src    []float32
+	dst    []byte
+	n, rs  int
+	block  int
+	wt, wf []float32
+	rec    *gptqRecord
+	refine bool
+	fail   func(string, ...any) error
+	ref    rowFunc
+	deq    func([]float32, []byte)
+}
+
+// gptqWork is one worker's scratch.
+type gptqWork struct {
+	w    []float32 // rows×n working weights w'
+	res  []float32 // rows×block residuals w − q of the current lazy block
+	idx  []uint8   // rows×n level indices (sp.lev) of the rounded values
+	s, o []float32 // rows×gptqMaxSub parameters of each row's current block
+	sc   scratch
+	rf   *gptqRefineWork // refineRow's scratch, allocated on first use
+}
+
+func (g *gptqRun) parallel(nrows, threads int) error {
+	if threads <= 0 {
+		threads = runtime.GOMAXPROCS(0)
+	}
+	nchunks := (nrows + gptqChunkRows - 1) / gptqChunkRows
+	threads = max(1, min(threads, nchunks))
+	var next atomic.Int64
+	var mu sync.Mutex
+	firstRow := math.MaxInt
+	var firstErr error
+	var wg sync.WaitGroup
+	for w := 0; w < threads; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := min(gptqChunkRows, nrows)
+			ws := &gptqWork{
+				w:   make([]float32, m*g.n),
+				res: make([]float32, m*g.block),
+				idx: make([]uint8, m*g.n),
+				s:   make([]float32, m*gptqMaxSub),
+				o:   make([]float32, m*gptqMaxSub),
+			}
+			for {
+				c := int(next.Add(1) - 1)
+				if c >= nchunks {
+					return
+				}
+				r0 := c * gptqChunkRows
+				if err := g.chunk(ws, r0, min(nrows, r0+gptqChunkRows)); err != nil {
+					mu.Lock()
+					if r0 < firstRow {
+						firstRow, firstErr = r0, err
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return firstErr
+}
+
+// blockFinite reports whether every fp16 field of one block is finite.
+func blockFinite(t gguf.GGMLType, blk []byte) bool {
+	for _, o := range f16Fields[t] {
+		if !f16Finite(uint16(blk[o]) | uint16(blk[o+1])<<8) {
+			return false
+		}
+	}
+	return true
+}
+
+// chunk quantizes rows r0..r1-1.
+func (g *gptqRun) chunk(ws *gptqWork, r0, r1 int) error {
+	sp, f, n, B := g.sp, g.f, g.n, g.block
+	m := r1 - r0
+	for r := 0; r < m; r++ {
+		row := g.src[(r0+r)*n : (r0+r+1)*n]
+		for c, v := range row {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				return g.fail("row %d, column %d: value %v is not finite", r0+r, c, v)
+			}
+		}
+		copy(ws.w[r*n:(r+1)*n], row)
+	}
+	vt := f.vt
+	var loss []float64
+	if g.rec != nil {
+		loss = g.rec.loss
+	}
+	for b0 := 0; b0 < n; b0 += B {
+		b1 := min(n, b0+B)
+		for r := 0; r < m; r++ {
+			w := ws.w[r*n : (r+1)*n]
+			orig := g.src[(r0+r)*n : (r0+r+1)*n]
+			res := ws.res[r*B : r*B+B]
+			lev := ws.idx[r*n : (r+1)*n]
+			s, o := ws.s[r*gptqMaxSub:(r+1)*gptqMaxSub], ws.o[r*gptqMaxSub:(r+1)*gptqMaxSub]
+			var rowLoss float64
+			for j := b0; j < b1; j++ {
+				if j%sp.bs == 0 {
+					if err := g.fitBlock(ws, r0+r, j, w[j:j+sp.bs], s, o); err != nil {
+						return err
+					}
+				} else if sp.resub != nil && j%sp.sub == 0 {
+					blk := g.dst[(r0+r)*g.rs+j/sp.bs*sp.ts : (r0+r)*g.rs+(j/sp.bs+1)*sp.ts]
+					sp.resub(blk, (j%sp.bs)/sp.sub, w[j:j+sp.sub], g.wt[j:j+sp.sub], &ws.sc.imp)
+					sp.params(blk, s, o)
+				}
+				k := (j % sp.bs) / sp.sub
+				idx, y := sp.nearest(w[j], s[k], o[k])
+				lev[j] = uint8(idx)
+				rj := orig[j] - y
+				res[j-b0] = rj
+				e := float64(w[j]-y) * f.vdiag[j]
+				rowLoss += e * e
+				if g.refine {
+					w[j] = float32(e * f.vdiag[j]) // w'_j is not needed any more: keep V_jj·e_j for refineRow
+				}
+				if g.rec != nil {
+					g.rec.used[(r0+r)*n+j] = y
+				}
+				if rj != 0 && j+1 < b1 {
+					kernels.AxpyFMA(w[j+1:b1], rj, vt[j*n+j+1:j*n+b1])
+				}
+			}
+			if loss != nil {
+				loss[r0+r] += rowLoss
+			}
+		}
+		// Lazy update of the columns after the block: W'[:, b1:] += R · Vt[b0:b1, b1:].
+		for c0 := b1; c0 < n; c0 += gptqTile {
+			c1 := min(n, c0+gptqTile)
+			for r := 0; r < m; r++ {
+				wr := ws.w[r*n+c0 : r*n+c1]
+				res := ws.res[r*B : r*B+b1-b0]
+				for l, a := range res {
+					if a != 0 {
+						kernels.AxpyFMA(wr, a, vt[(b0+l)*n+c0:(b0+l)*n+c1])
+					}
+				}
+			}
+		}
+	}
+	lab := ws.sc.Lu[:sp.bs]
+	for r := 0; r < m; r++ {
+		row := g.dst[(r0+r)*g.rs : (r0+r+1)*g.rs]
+		lev := ws.idx[r*n : (r+1)*n]
+		for b := 0; b < n/sp.bs; b++ {
+			for i, k := range lev[b*sp.bs : (b+1)*sp.bs] {
+				lab[i] = sp.lab[k]
+			}
+			sp.pack(row[b*sp.ts:(b+1)*sp.ts], lab)
+		}
+		if g.refine {
+			g.refineRow(ws, row, lev, ws.w[r*n:(r+1)*n])
+		}
+	}
+	return nil
+}
+
+// fitBlock fits the scales of the block starting at column j of row r to the
+// current weights x and decodes its per-sub-block parameters into s, o. Like
+// ModeImproved it keeps whichever of the improved encoder's block and ggml's
+// (imatrix) block has the lower weighted error on x; the improved search gives up
+// on blocks whose every scale candidate rounds to zero or Inf in fp16, and ggml's
+// algorithm then still handles tiny values.
+func (g *gptqRun) fitBlock(ws *gptqWork, r, j int, x []float32, s, o []float32) error {
+	sp := g.sp
+	for i, v := range x {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return g.fail("row %d, column %d: the error feedback overflowed float32 (weights or Hessian too extreme)", r, j+i)
+		}
+	}
+	bi := j / sp.bs
+	blk := g.dst[r*g.rs+bi*sp.ts : r*g.rs+(bi+1)*sp.ts]
+	wt := g.wt[j : j+sp.bs]
+	is := &ws.sc.imp
+	sp.enc(blk, x, wt, g.wf[j:j+sp.bs], is)
+	gg := is.blk[:sp.ts]
+	g.ref(gg, x, wt, &ws.sc)
+	okE, okG := blockFinite(sp.t, blk), blockFinite(sp.t, gg)
+	switch {
+	case okE && okG:
+		g.deq(is.y1[:sp.bs], blk)
+		g.deq(is.y2[:sp.bs], gg)
+		if weightedSSE(x, is.y2[:sp.bs], wt) < weightedSSE(x, is.y1[:sp.bs], wt) {
+			copy(blk, gg)
+		}
+	case okG:
+		copy(blk, gg)
+	case !okE:
+		return g.fail("row %d: block %d (columns %d..%d): scale is not finite (fp16 overflow: values too large for %v)",
+			r, bi, j, j+sp.bs-1, sp.t)
+	}
+	sp.params(blk, s, o)
+	return nil
+}
