@@ -60,6 +60,10 @@ type Options struct {
 	TokenEmbeddingType string
 	// LeaveOutput keeps output.weight unquantized (requantize).
 	LeaveOutput bool
+	// Hessians supplies the calibration's input Gram matrices: every quantized tensor whose
+	// input has one is encoded with the error-compensating search (quant.QuantizeGPTQ),
+	// whatever the preset or policy (see hessian.go). nil: none.
+	Hessians HessianSource
 	// Improved uses quant.ModeImproved for preset types too (turboquant always uses it for the
 	// int4/int8 layers); the default reproduces llama-quantize's bytes.
 	Improved bool
@@ -307,6 +311,9 @@ func planHF(m *hfModel, opts *Options) (*Plan, error) {
 		if err := attachImportance(p, j, d, imp, opts); err != nil {
 			return nil, err
 		}
+		if d.Quantize {
+			attachHessian(j, opts.Hessians, opts.Threads+2)
+		}
 		nb, err := j.nbytes()
 		if err != nil {
 			return nil, err
@@ -316,7 +323,7 @@ func planHF(m *hfModel, opts *Options) (*Plan, error) {
 			src = tp.parts[0].src.info.DType.String()
 		}
 		p.Tensors = append(p.Tensors, PlanTensor{Name: tp.name, Type: d.Type.String(), Shape: tp.shape, Bytes: nb,
-			Rule: d.Rule, SourceType: src, Sources: tp.sources, Importance: j.importance != nil})
+			Rule: d.Rule, SourceType: src, Sources: tp.sources, Importance: j.importance != nil, Hessian: j.hessian != nil})
 		if d.Fallback {
 			p.Fallbacks++
 		}

@@ -29,6 +29,9 @@ type job struct {
 	raw func(r0, n int64) ([]byte, error)
 	// importance returns the weights for matrix m (nil: none).
 	importance func(m int64) ([]float32, error)
+	// hessian returns the input Gram matrix of matrix m (nil: none), for the
+	// error-compensating search.
+	hessian func(m int64) (*quant.Hessian, error)
 	// release is called once the tensor is fully written (unmaps finished shards).
 	release func()
 }
@@ -268,6 +271,19 @@ func encodeItem(it *workItem, pool *sync.Pool) error {
 			if err != nil {
 				return err
 			}
+		}
+		var h *quant.Hessian
+		if j.hessian != nil {
+			if h, err = j.hessian(it.matrix); err != nil {
+				return err
+			}
+		}
+		if h != nil {
+			gopts := &quant.GPTQOptions{Threads: 1, TensorName: j.name, Refine: true}
+			if err := quant.QuantizeGPTQ(j.typ, out, src, int(it.n), int(j.cols), h, gopts); err != nil {
+				return err
+			}
+			break
 		}
 		opts := &quant.Options{Importance: imp, Mode: j.mode, Threads: 1, TensorName: j.name}
 		if err := quant.Quantize(j.typ, out, src, int(it.n), int(j.cols), opts); err != nil {

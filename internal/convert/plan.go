@@ -44,6 +44,9 @@ type PlanTensor struct {
 	SourceType string   `json:"source_type"`
 	Sources    []string `json:"sources,omitempty"`
 	Importance bool     `json:"importance,omitempty"`
+	// Hessian: quantized with the error-compensating search where the calibration has the
+	// input's Gram matrix.
+	Hessian bool `json:"hessian,omitempty"`
 }
 
 // TypeMix is one ggml type's share of a Plan: how many tensors, weights and bytes it holds.

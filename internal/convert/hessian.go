@@ -1,0 +1,91 @@
+package convert
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/quant"
+)
+
+// HessianSource supplies the input Gram matrices a calibration collected (tq calibrate's
+// hessians/, docs/calibration.md): H = XᵀX/n of the input of matrix m of a tensor (m = 0 for a
+// 2-D weight, the expert index for stacked experts), row-major n×n with n the row length. ok is
+// false when the calibration holds only a diagonal for that input (the importance then serves).
+// Implementations must be safe for concurrent use.
+type HessianSource interface {
+	Gram(tensor string, m int) (gram []float64, n int, ok bool, err error)
+}
+
+// hessianCache hands out quant.Hessians for one tensor's matrices. The factorisation
+// QuantizeGPTQ caches inside a Hessian is the expensive part, so work items (row chunks) of the
+// same matrix share one; at most keep matrices stay alive (the engine works through the
+// matrices of a tensor in order, a few chunks at a time).
+type hessianCache struct {
+	src  HessianSource
+	name string
+	cols int64
+	keep int
+
+	mu    sync.Mutex
+	order []int64
+	hs    map[int64]*hessianEntry
+}
+
+type hessianEntry struct {
+	once sync.Once
+	h    *quant.Hessian
+	err  error
+}
+
+// attachHessian makes the job quantize with the error-compensating search (quant.QuantizeGPTQ)
+// where the calibration has a full Gram matrix of the tensor's input. Types GPTQ does not
+// handle, and F16/BF16/F32, keep the plain search.
+func attachHessian(j *job, src HessianSource, keep int) {
+	if src == nil || !gptqType(j.typ) {
+		return
+	}
+	c := &hessianCache{src: src, name: j.name, cols: j.cols, keep: max(2, keep), hs: map[int64]*hessianEntry{}}
+	j.hessian = c.get
+}
+
+func gptqType(t gguf.GGMLType) bool {
+	for _, g := range quant.GPTQTypes() {
+		if g == t {
+			return true
+		}
+	}
+	return false
+}
+
+// get returns the Hessian of matrix m, nil when the calibration has none for it.
+func (c *hessianCache) get(m int64) (*quant.Hessian, error) {
+	c.mu.Lock()
+	e := c.hs[m]
+	if e == nil {
+		e = &hessianEntry{}
+		c.hs[m] = e
+		c.order = append(c.order, m)
+		if len(c.order) > c.keep {
+			delete(c.hs, c.order[0])
+			c.order = c.order[1:]
+		}
+	}
+	c.mu.Unlock()
+	e.once.Do(func() {
+		g, n, ok, err := c.src.Gram(c.name, int(m))
+		switch {
+		case err != nil:
+			e.err = fmt.Errorf("tensor %s matrix %d: Hessian: %w", c.name, m, err)
+		case !ok:
+		case int64(n) != c.cols:
+			e.err = fmt.Errorf("tensor %s matrix %d: the calibration's Hessian is %d×%d, the rows have %d columns", c.name, m, n, n, c.cols)
+		default:
+			e.h, e.err = quant.NewHessianFromGram(n, g)
+			if e.err != nil {
+				e.err = fmt.Errorf("tensor %s matrix %d: %w", c.name, m, e.err)
+			}
+		}
+	})
+	return e.h, e.err
+}

@@ -1,0 +1,127 @@
+package convert
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/internal/fixtures"
+	"github.com/tq-project/tq/quant"
+)
+
+// fakeHessians gives every attention projection and FFN input a fixed random Gram matrix
+// (AᵀA/k + a diagonal: symmetric positive definite) and nothing to the other tensors.
+type fakeHessians struct {
+	grams map[int][]float64
+	calls atomic.Int64
+}
+
+func (f *fakeHessians) Gram(tensor string, m int) ([]float64, int, bool, error) {
+	f.calls.Add(1)
+	for _, s := range []string{"attn_q.", "attn_k.", "attn_v.", "ffn_gate_exps.", "ffn_up_exps."} {
+		if bytes.Contains([]byte(tensor), []byte(s)) {
+			for n, g := range f.grams {
+				return g, n, true, nil
+			}
+		}
+	}
+	return nil, 0, false, nil
+}
+
+func spdGram(n int, seed uint64) []float64 {
+	r := rand.New(rand.NewPCG(seed, 1))
+	k := 2 * n
+	a := make([]float64, k*n)
+	for i := range a {
+		a[i] = r.NormFloat64()
+	}
+	for i := 0; i < k; i++ { // correlated columns and an outlier channel
+		a[i*n+1] += 0.8 * a[i*n]
+		a[i*n+3] *= 6
+	}
+	g := make([]float64, n*n)
+	for i := 0; i < n; i++ {
+		for j := 0; j < n; j++ {
+			var s float64
+			for r := 0; r < k; r++ {
+				s += a[r*n+i] * a[r*n+j]
+			}
+			g[i*n+j] = s / float64(k)
+		}
+	}
+	return g
+}
+
+// With a HessianSource, convert writes exactly the bytes quant.QuantizeGPTQ gives for the
+// tensors that have a Gram matrix (so a calibration that measures with the same call measures
+// the file), marks them in the plan, and leaves the others to the plain search.
+func TestConvertUsesHessians(t *testing.T) {
+	o := fixtures.Preset("qwen3moe")
+	dir := genModel(t, o)
+	base, err := PlanConvert(dir, Options{TurboQuant: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cols int64
+	for _, pt := range base.Tensors {
+		if pt.Name == "blk.0.attn_q.weight" {
+			cols = pt.Shape[0]
+		}
+	}
+	src := &fakeHessians{grams: map[int][]float64{int(cols): spdGram(int(cols), 7)}}
+	out := filepath.Join(t.TempDir(), "h.gguf")
+	res, err := Convert(context.Background(), dir, out, Options{TurboQuant: true, Hessians: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	marked := 0
+	for _, pt := range res.Plan.Tensors {
+		if pt.Hessian {
+			marked++
+		}
+	}
+	if marked == 0 || src.calls.Load() == 0 {
+		t.Fatalf("no tensor used the Hessians (%d marked, %d calls)", marked, src.calls.Load())
+	}
+	m, err := gguf.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	hf, err := OpenHFAsGGUF(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hf.Close()
+	h, err := quant.NewHessianFromGram(int(cols), src.grams[int(cols)])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"blk.0.attn_q.weight", "blk.1.attn_v.weight"} {
+		ti, ok := m.Tensor(name)
+		if !ok {
+			t.Fatalf("%s missing", name)
+		}
+		got, err := m.TensorData(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := make([]float32, ti.NumElements())
+		if err := hf.ReadFloat32(name, w); err != nil {
+			t.Fatal(err)
+		}
+		rows := len(w) / int(cols)
+		want := make([]byte, len(got))
+		if err := quant.QuantizeGPTQ(ti.Type, want, w, rows, int(cols), h, &quant.GPTQOptions{Threads: 1, Refine: true}); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s (%s): the file's bytes differ from quant.QuantizeGPTQ's", name, ti.Type)
+		}
+	}
+}
+
