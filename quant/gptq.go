@@ -306,6 +306,9 @@ func (g *gptqRun) chunk(ws *gptqWork, r0, r1 int) error {
 					sp.resub(blk, (j%sp.bs)/sp.sub, w[j:j+sp.sub], g.wt[j:j+sp.sub], &ws.sc.imp)
 					sp.params(blk, s, o)
 				}
+				if v := float64(w[j]); math.IsNaN(v) || math.IsInf(v, 0) {
+					return g.fail("row %d, column %d: the error feedback overflowed float32 (weights or Hessian too extreme)", r0+r, j)
+				}
 				k := (j % sp.bs) / sp.sub
 				idx, y := sp.nearest(w[j], s[k], o[k])
 				lev[j] = uint8(idx)
