@@ -23,8 +23,9 @@ type GPTQOptions struct {
 	Damp float64
 	// BlockSize is the number of columns whose error feedback is applied lazily, as
 	// one matrix product, to the columns after them (0 means 128). It must be a
-	// multiple of 32 and either divide the type's block size or be a multiple of it.
-	// The result depends on it only through float32 rounding.
+	// multiple of 32 and either divide the type's block size or be a multiple of it;
+	// values above the row length count as the row length. The result depends on it
+	// only through float32 rounding.
 	BlockSize int
 	// Threads is the number of goroutines (<= 0: runtime.GOMAXPROCS). The output
 	// does not depend on it.
@@ -53,8 +54,7 @@ func (o *GPTQOptions) name() string {
 const (
 	gptqDefaultDamp  = 0.01
 	gptqDefaultBlock = 128
-	gptqChunkRows    = 32  // rows processed together by one worker
-	gptqTile         = 512 // columns per tile of the lazy matrix update
+	gptqChunkRows    = 48 // rows processed together by one worker (a multiple of Sgemm's 6-row tile)
 )
 
 // gptqRecord receives diagnostics of one run (tests use it).
@@ -130,6 +130,7 @@ func quantizeGPTQ(t gguf.GGMLType, dst []byte, src []float32, nrows, ncols int, 
 	if block < 32 || block%32 != 0 || (block%sp.bs != 0 && sp.bs%block != 0) {
 		return fail("lazy block size %d must be a multiple of 32 that divides or is a multiple of the block size %d", block, sp.bs)
 	}
+	block = min(block, ncols) // ncols is a multiple of the block size and of 32
 	if imp != nil {
 		if _, err := checkImportance(imp, ncols, name); err != nil {
 			return err
@@ -171,7 +172,17 @@ func quantizeGPTQ(t gguf.GGMLType, dst []byte, src []float32, nrows, ncols int, 
 		fitWeights(wf[b:b+sp.bs], wt[b:b+sp.bs])
 	}
 
-	g := &gptqRun{sp: sp, f: f, src: src, dst: dst, n: ncols, rs: rs, block: block,
+	// Row-major copies of Ṽ's diagonal blocks, for the updates inside a batch.
+	vdb := make([]float32, ncols*block)
+	for b0 := 0; b0 < ncols; b0 += block {
+		b1 := min(ncols, b0+block)
+		for k := b0 + 1; k < b1; k++ {
+			for j, v := range f.vc[k*ncols+b0 : k*ncols+k] {
+				vdb[(b0+j)*block+k-b0] = v
+			}
+		}
+	}
+	g := &gptqRun{sp: sp, f: f, src: src, dst: dst, n: ncols, rs: rs, block: block, vdb: vdb,
 		wt: wt, wf: wf, rec: rec, refine: refine, fail: fail,
 		ref: rowQuantizer(t, ModeReference, true, 1), deq: dequantFunc(t)}
 	return g.parallel(nrows, threads)
@@ -186,6 +197,7 @@ type gptqRun struct {
 	n, rs  int
 	block  int
 	wt, wf []float32
+	vdb    []float32 // n×block: Ṽ[j][k] for k in j's lazy block, row-major (vdb[j·block + k−b0])
 	rec    *gptqRecord
 	refine bool
 	fail   func(string, ...any) error
@@ -200,6 +212,7 @@ type gptqWork struct {
 	idx  []uint8   // rows×n level indices (sp.lev) of the rounded values
 	s, o []float32 // rows×gptqMaxSub parameters of each row's current block
 	sc   scratch
+	gr   []float32       // rows×n (H+λI)·r for Refine, allocated on first use
 	rf   *gptqRefineWork // refineRow's scratch, allocated on first use
 }
 
@@ -270,7 +283,6 @@ func (g *gptqRun) chunk(ws *gptqWork, r0, r1 int) error {
 		}
 		copy(ws.w[r*n:(r+1)*n], row)
 	}
-	vt := f.vt
 	var loss []float64
 	if g.rec != nil {
 		loss = g.rec.loss
@@ -294,6 +306,9 @@ func (g *gptqRun) chunk(ws *gptqWork, r0, r1 int) error {
 					sp.resub(blk, (j%sp.bs)/sp.sub, w[j:j+sp.sub], g.wt[j:j+sp.sub], &ws.sc.imp)
 					sp.params(blk, s, o)
 				}
+				if v := float64(w[j]); math.IsNaN(v) || math.IsInf(v, 0) {
+					return g.fail("row %d, column %d: the error feedback overflowed float32 (weights or Hessian too extreme)", r0+r, j)
+				}
 				k := (j % sp.bs) / sp.sub
 				idx, y := sp.nearest(w[j], s[k], o[k])
 				lev[j] = uint8(idx)
@@ -302,30 +317,24 @@ func (g *gptqRun) chunk(ws *gptqWork, r0, r1 int) error {
 				e := float64(w[j]-y) * f.vdiag[j]
 				rowLoss += e * e
 				if g.refine {
-					w[j] = float32(e * f.vdiag[j]) // w'_j is not needed any more: keep V_jj·e_j for refineRow
+					w[j] = rj // w'_j is not needed any more: keep r for Refine's gradient
 				}
 				if g.rec != nil {
 					g.rec.used[(r0+r)*n+j] = y
 				}
 				if rj != 0 && j+1 < b1 {
-					kernels.AxpyFMA(w[j+1:b1], rj, vt[j*n+j+1:j*n+b1])
+					kernels.AxpyFMA(w[j+1:b1], rj, g.vdb[j*B+j+1-b0:j*B+b1-b0])
 				}
 			}
 			if loss != nil {
 				loss[r0+r] += rowLoss
 			}
 		}
-		// Lazy update of the columns after the block: W'[:, b1:] += R · Vt[b0:b1, b1:].
-		for c0 := b1; c0 < n; c0 += gptqTile {
-			c1 := min(n, c0+gptqTile)
-			for r := 0; r < m; r++ {
-				wr := ws.w[r*n+c0 : r*n+c1]
-				res := ws.res[r*B : r*B+b1-b0]
-				for l, a := range res {
-					if a != 0 {
-						kernels.AxpyFMA(wr, a, vt[(b0+l)*n+c0:(b0+l)*n+c1])
-					}
-				}
+		// Lazy update of the columns after the batch: W'[:, b1:] += R·Ṽ[b0:b1, b1:],
+		// with Ṽ stored column-major (the B operand of C += A·Bᵀ).
+		if b1 < n {
+			if err := kernels.Sgemm(m, n-b1, b1-b0, ws.res, B, f.vc[b1*n+b0:], n, ws.w[b1:], n, true); err != nil {
+				return g.fail("%v", err)
 			}
 		}
 	}
@@ -339,8 +348,17 @@ func (g *gptqRun) chunk(ws *gptqWork, r0, r1 int) error {
 			}
 			sp.pack(row[b*sp.ts:(b+1)*sp.ts], lab)
 		}
-		if g.refine {
-			g.refineRow(ws, row, lev, ws.w[r*n:(r+1)*n])
+	}
+	if g.refine {
+		// Gradient rows (H+λI)·r for the whole chunk, r left in ws.w by the loop.
+		if ws.gr == nil {
+			ws.gr = make([]float32, len(ws.w))
+		}
+		if err := kernels.Sgemm(m, n, n, ws.w, n, f.hf, n, ws.gr, n, false); err != nil {
+			return g.fail("%v", err)
+		}
+		for r := 0; r < m; r++ {
+			g.refineRow(ws, g.dst[(r0+r)*g.rs:(r0+r+1)*g.rs], ws.idx[r*n:(r+1)*n], ws.gr[r*n:(r+1)*n])
 		}
 	}
 	return nil

@@ -39,9 +39,12 @@ func arHessian(tb testing.TB, n int, rho float64) *Hessian {
 // the Hessian factorisation (dropped from the cache before every iteration), and
 // reports:
 //
-//	factor_s     seconds of the factorisation alone (once, before the loop)
-//	x_improved   time per op ÷ the time of Quantize(ModeImproved, importance diag(H))
-//	             on the same tensor (measured once, before the loop)
+//	factor_s         seconds of the factorisation alone (once, before the loop)
+//	cpu_s            process CPU seconds per op (all threads; less sensitive to a
+//	                 loaded machine than ns/op)
+//	x_improved       time per op ÷ the time of Quantize(ModeImproved, importance
+//	                 diag(H)) on the same tensor (measured once, before the loop)
+//	x_improved_cpu   the same ratio in CPU time
 //
 // Run with
 //
@@ -58,13 +61,14 @@ func BenchmarkGPTQ(b *testing.B) {
 				b.Fatal(err)
 			}
 			factor := time.Since(t0)
-			t0 = time.Now()
+			t0, c0 := time.Now(), cpuTime()
 			if err := Quantize(typ, dst, w, n, n, &Options{Mode: ModeImproved, Importance: hessianDiag(h)}); err != nil {
 				b.Fatal(err)
 			}
-			improved := time.Since(t0)
+			improved, improvedCPU := time.Since(t0), cpuTime()-c0
 			b.SetBytes(int64(4 * len(w)))
 			b.ResetTimer()
+			c0 = cpuTime()
 			for b.Loop() {
 				h.mu.Lock()
 				h.fac = nil
@@ -73,8 +77,11 @@ func BenchmarkGPTQ(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			cpu := float64(cpuTime()-c0) / float64(b.N)
 			b.ReportMetric(factor.Seconds(), "factor_s")
+			b.ReportMetric(cpu/1e9, "cpu_s")
 			b.ReportMetric(float64(b.Elapsed())/float64(b.N)/float64(improved), "x_improved")
+			b.ReportMetric(cpu/float64(improvedCPU), "x_improved_cpu")
 		})
 	}
 }

@@ -129,20 +129,21 @@ func (h *Hessian) Add(x []float32, rows int) error {
 // triangular (a "UL" Cholesky factorisation, obtained from the ordinary Cholesky
 // factor of the column-reversed matrix):
 //
-//	vt[i·n+j] = V[i][j] / V[j][j] for j > i   (the feedback coefficients)
+//	vc[j·n+i] = V[i][j] / V[j][j] for i < j   (the feedback coefficients Ṽ, column-major)
 //	vdiag[j]  = V[j][j]
 //	diag[j]   = H[j][j] + λ
 //	hf        = H + λI as float32 (only built for Refine)
 //
 // With r = w − q the residual of a row, the weight that column j is rounded from is
-// w'_j = w_j + Σ_{i<j} r_i·vt[i][j], which is GPTQ's update written without H⁻¹
-// (docs/quantization.md derives it).
+// w'_j = w_j + Σ_{i<j} r_i·Ṽ[i][j], which is GPTQ's update written without H⁻¹
+// (docs/quantization.md derives it). Column-major storage makes the lazy update of
+// the columns after a batch an ordinary C += A·Bᵀ product (kernels.Sgemm).
 type gptqFactor struct {
 	n      int
 	damp   float64 // relative damping asked for
 	used   float64 // relative damping that gave a positive definite matrix
 	lambda float64
-	vt     []float32
+	vc     []float32
 	vdiag  []float64
 	diag   []float64
 	hf     []float32
@@ -262,18 +263,19 @@ func (h *Hessian) factorize(damp float64) (*gptqFactor, error) {
 			return nil, fmt.Errorf("Hessian factorisation has a non-positive pivot at column %d", j)
 		}
 	}
-	f.vt = make([]float32, n*n)
+	f.vc = make([]float32, n*n)
 	for p := 0; p < n; p++ { // row p of R is column j = n-1-p of V
 		j := n - 1 - p
 		inv := 1 / a[p*n+p]
 		row := a[p*n : p*n+n]
+		col := f.vc[j*n : j*n+n]
 		for q := p + 1; q < n; q++ {
 			i := n - 1 - q
 			v := float32(row[q] * inv)
 			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 				return nil, fmt.Errorf("Hessian factorisation overflowed at (%d,%d)", i, j)
 			}
-			f.vt[i*n+j] = v
+			col[i] = v
 		}
 	}
 	return f, nil

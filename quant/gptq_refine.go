@@ -7,9 +7,9 @@ package quant
 //
 //	ΔE = Δᵀ·H_bb·Δ − 2·Δᵀ·g_b,   g = (H+λI)·r,
 //
-// so with g kept up to date every candidate is judged exactly. g starts as V·(Vᵀr),
-// where Vᵀr is what the column loop already computed (V_jj·(w'_j − q_j)), so it
-// costs n²/2 per row; each accepted block updates g for the columns after it.
+// so with g kept up to date every candidate is judged exactly. g is computed for a
+// chunk of rows as one matrix product (kernels.Sgemm, n² per row); each accepted
+// block updates g for the columns after it.
 
 import (
 	"math"
@@ -54,7 +54,6 @@ var gptqRefSpecs = map[gguf.GGMLType]gptqRefSpec{
 
 // gptqRefineWork is refineRow's scratch (one per worker).
 type gptqRefineWork struct {
-	g                []float32 // (H+λI)·r for the row
 	y, yc, d, hd, gb []float64 // per block: values, candidate values, Δ, H_bb·Δ, g_b
 	y0               []float64 // values when the block was entered
 	u, v, hu, hv     []float64 // basis vectors of the parameters being fitted and H times them
@@ -65,30 +64,26 @@ type gptqRefineWork struct {
 
 func newGPTQRefineWork(n, bs, ts int) *gptqRefineWork {
 	f := func() []float64 { return make([]float64, bs) }
-	return &gptqRefineWork{g: make([]float32, n), y: f(), yc: f(), d: f(), hd: f(), gb: f(), y0: f(),
+	return &gptqRefineWork{y: f(), yc: f(), d: f(), hd: f(), gb: f(), y0: f(),
 		u: f(), v: f(), hu: f(), hv: f(), x32: make([]float32, bs), cand: make([]byte, ts)}
 }
 
 // refineRow refines the blocks of one quantized row in place. lev holds the level
-// index of every element, et the values V_jj·e_j the column loop left.
-func (g *gptqRun) refineRow(ws *gptqWork, row []byte, lev []uint8, et []float32) {
+// index of every element, grad the row's (H+λI)·r (updated here as blocks change).
+func (g *gptqRun) refineRow(ws *gptqWork, row []byte, lev []uint8, grad []float32) {
 	sp, f, n := g.sp, g.f, g.n
 	if ws.rf == nil {
 		ws.rf = newGPTQRefineWork(n, sp.bs, sp.ts)
 	}
 	rw := ws.rf
 	rs := gptqRefSpecs[sp.t]
-	// g_i = Σ_{j>=i} Ṽ_ij·ẽ_j with ẽ_j = V_jj·e_j and Ṽ_ii = 1.
-	for i := 0; i < n; i++ {
-		rw.g[i] = et[i] + kernels.DotF32(f.vt[i*n+i+1:(i+1)*n], et[i+1:n])
-	}
 	for c0 := 0; c0 < n; c0 += sp.bs {
 		blk := row[c0/sp.bs*sp.ts : (c0/sp.bs+1)*sp.ts]
 		bl := lev[c0 : c0+sp.bs]
 		sp.params(blk, rw.s[:], rw.o[:])
 		for i, k := range bl {
 			rw.y[i] = float64(sp.value(int(k), rw.s[i/sp.sub], rw.o[i/sp.sub]))
-			rw.gb[i] = float64(rw.g[c0+i])
+			rw.gb[i] = float64(grad[c0+i])
 		}
 		copy(rw.y0, rw.y)
 		for round := 0; round < gptqRefineRounds; round++ {
@@ -106,7 +101,7 @@ func (g *gptqRun) refineRow(ws *gptqWork, row []byte, lev []uint8, et []float32)
 		if end := c0 + sp.bs; end < n {
 			for i := range rw.y {
 				if d := rw.y[i] - rw.y0[i]; d != 0 {
-					kernels.AxpyFMA(rw.g[end:], float32(-d), f.hf[(c0+i)*n+end:(c0+i+1)*n])
+					kernels.AxpyFMA(grad[end:], float32(-d), f.hf[(c0+i)*n+end:(c0+i+1)*n])
 				}
 			}
 		}
@@ -154,7 +149,7 @@ func (g *gptqRun) tryCandidate(rw *gptqRefineWork, blk []byte, bl []uint8, c0, l
 	for i := lo; i < hi; i++ {
 		quad += rw.d[i] * rw.hd[i]
 	}
-	// g is float32 and carries the column loop's rounding: demand a margin.
+	// g is a float32 product: demand a margin.
 	if !(quad-2*lin < -1e-4*mag) {
 		return false
 	}

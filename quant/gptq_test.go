@@ -205,7 +205,7 @@ func nil1(n int) []float32 {
 // ||(W−Q)Xᵀ||² of GPTQ must be clearly below that of ModeImproved and of
 // ModeReference with the imatrix importance diag(H), for every type, on Gaussian
 // weights (512 columns) and heavy-tailed ones (Student-t(3) with 1 % of the
-// weights ×8, 1024 columns). Measured ratios are 0.45–0.65 (logged); the assertion
+// weights ×8, 1024 columns). Measured ratios are 0.29–0.63 (logged); the assertion
 // is < 0.9, so it fails if the error feedback breaks but not on sampling noise.
 func TestGPTQBeatsBlockwise(t *testing.T) {
 	const ns = 2048
@@ -514,8 +514,9 @@ func TestGPTQEdgeCases(t *testing.T) {
 	if err := QuantizeGPTQ(typ, nil, nil, 0, n, h, nil); err != nil {
 		t.Errorf("empty tensor: %v", err)
 	}
-	// Other lazy block sizes only change float32 rounding.
-	for _, bsz := range []int{64, 256, 512} {
+	// Other lazy block sizes only change float32 rounding (1<<30 is clamped to the
+	// row length).
+	for _, bsz := range []int{64, 256, 512, 1 << 30} {
 		y := gptqDeq(t, typ, w, 3, n, h, &GPTQOptions{BlockSize: bsz})
 		y0 := gptqDeq(t, typ, w, 3, n, h, nil)
 		if e, e0 := outputSSE(w, y, x, 3, n), outputSSE(w, y0, x, 3, n); math.Abs(e/e0-1) > 0.02 {
