@@ -107,13 +107,13 @@ func TestMixtureFileTypeOfOutputs(t *testing.T) {
 	}
 	checkMixtureLabel(t, "--target-bpw 5", p)
 
-	// the policy `tq calibrate` writes for testdata/verify/toolmodel: o_proj, down_proj and
-	// lm_head stay F16, which together outweigh the 4-bit tensors of this small model
+	// a turboquant config that keeps o_proj, down_proj and lm_head in F16 (tensor_types) for
+	// testdata/verify/toolmodel: together they outweigh the 4-bit tensors of this small model
 	tool := filepath.Join(repoRoot(t), "testdata", "verify", "toolmodel")
 	cfg := filepath.Join(t.TempDir(), "quantize_config.json")
 	writeFile(t, cfg, `{"quant_method":"turboquant","weight_dtype":"int4","kv_cache_dtype":"f16","group_size":128,
 		"symmetric":true,"calibration_method":"mse","layers_to_quantize":["q_proj","k_proj","v_proj","gate_proj","up_proj"],
-		"skip_layers":["o_proj","down_proj","lm_head"]}`)
+		"skip_layers":["o_proj","down_proj","lm_head"],"tensor_types":{"attn_output":"f16","ffn_down":"f16"}}`)
 	p, err = PlanConvert(tool, Options{TurboQuant: true, ConfigPath: cfg})
 	if err != nil {
 		t.Fatal(err)
