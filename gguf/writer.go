@@ -208,7 +208,7 @@ func Create(path string, opts WriterOptions) (*Writer, error) {
 func (w *Writer) create(path string) (*safeout.File, error) {
 	f, err := safeout.Create(path, safeout.Options{Perm: w.opts.Perm})
 	if err != nil {
-		return nil, fmt.Errorf("gguf: output: %w", err)
+		return nil, fmt.Errorf("gguf: %w", err)
 	}
 	w.open = append(w.open, f)
 	return f, nil

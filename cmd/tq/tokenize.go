@@ -55,6 +55,9 @@ Special tokens, as in llama-tokenize:
 				return err
 			}
 			if o.calib.out != "" {
+				if err := checkOutputs(append(modelInputs(args[0]), o.calib.datasets...), o.calib.out); err != nil {
+					return err
+				}
 				o.calib.json = o.json
 				return runCalibrationTokenize(cmd, tok, &o.calib)
 			}
