@@ -53,7 +53,7 @@ func TestNewAndReplace(t *testing.T) {
 		t.Fatalf("new file mode %v (%v), want %v", fi.Mode(), err, newFileMode(0o644))
 	}
 	// A replaced file keeps its permission bits, whatever the umask and Perm say.
-	for _, mode := range []os.FileMode{0o600, 0o640, 0o755, 0o200} {
+	for _, mode := range []os.FileMode{0o600, 0o640, 0o755, 0o604} {
 		if err := os.Chmod(p, mode); err != nil {
 			t.Fatal(err)
 		}
