@@ -96,7 +96,7 @@ func TestStreamOutput(t *testing.T) {
 		}
 		dir := t.TempDir()
 		null := filepath.Join(dir, "null")
-		if err := syscall.Mknod(null, syscall.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+		if err := mknodChar0666(null, 1, 3); err != nil {
 			t.Skipf("mknod: %v", err)
 		}
 		w := writeModel(t, null, md, tensors, WriterOptions{})

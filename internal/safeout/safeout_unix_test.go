@@ -40,7 +40,7 @@ func mknodChar(t *testing.T, dir, name string, major, minor uint32) string {
 		t.Skipf("creating a character device node (%d,%d) needs root; device output not tested", major, minor)
 	}
 	p := filepath.Join(dir, name)
-	if err := syscall.Mknod(p, syscall.S_IFCHR|0o666, int(unix.Mkdev(major, minor))); err != nil {
+	if err := mknodChar0666(p, major, minor); err != nil {
 		t.Skipf("mknod %s: %v (no device nodes on this file system?)", p, err)
 	}
 	return p
