@@ -9,13 +9,12 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"unicode/utf8"
 
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/tq-project/tq/internal/boundedread"
+	"github.com/tq-project/tq/internal/safeout"
 )
 
 // Statistics file format (docs/calibration.md, "Statistics file"): a zstd stream whose
@@ -408,43 +407,11 @@ func (d *statsDecoder) decode() (*Stats, error) {
 	return s, nil
 }
 
-// writeAtomic writes a file through a temporary file in the same directory, fsyncs it and
-// renames it into place.
+// writeAtomic writes a file as internal/safeout does: through a temporary file in the same
+// directory, fsynced and renamed into place (a device or FIFO is written directly).
 func writeAtomic(path string, fill func(io.Writer) error) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("calib: %w", err)
-	}
-	tmp := f.Name()
-	ok := false
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return fmt.Errorf("calib: %w", err)
-	}
-	defer func() {
-		if !ok {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	bw := bufio.NewWriterSize(f, 1<<20)
-	if err := fill(bw); err != nil {
+	if err := safeout.Write(path, safeout.Options{}, fill); err != nil {
 		return fmt.Errorf("calib: writing %s: %w", path, err)
 	}
-	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("calib: writing %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("calib: writing %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("calib: writing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("calib: %w", err)
-	}
-	ok = true
 	return nil
 }

@@ -176,8 +176,7 @@ func TestAtomicCreateAndRenameFailures(t *testing.T) {
 	if _, err := Create(filepath.Join(t.TempDir(), "m.gguf"), WriterOptions{Alignment: 48}); err == nil {
 		t.Fatal("alignment 48 accepted")
 	}
-	// The second shard's final name is taken by a non-empty directory, so its rename fails
-	// after the first shard was renamed: the first must be removed again.
+	// A shard's final name taken by a directory is refused when the shard is created.
 	dir := t.TempDir()
 	blocker := filepath.Join(dir, SplitPath("m", 1, 3))
 	os.MkdirAll(filepath.Join(blocker, "sub"), 0o755)
@@ -189,11 +188,34 @@ func TestAtomicCreateAndRenameFailures(t *testing.T) {
 	for _, tt := range tensors {
 		w.AddTensor(tt.name, tt.dims, tt.typ)
 	}
+	var werr error
+	for _, tt := range tensors {
+		if werr = w.WriteTensorData(tt.name, tt.data); werr != nil {
+			break
+		}
+	}
+	if werr == nil || !strings.Contains(werr.Error(), "is a directory") {
+		t.Fatalf("write over a directory: %v", werr)
+	}
+	w.Close()
+	assertOnly(t, dir, filepath.Base(blocker))
+	// The second shard's final name is taken by a non-empty directory after the shards
+	// were written, so its rename fails after the first shard was renamed: the first must
+	// be removed again.
+	os.RemoveAll(blocker)
+	w, err = Create(filepath.Join(dir, "m.gguf"), WriterOptions{MaxShardTensors: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range tensors {
+		w.AddTensor(tt.name, tt.dims, tt.typ)
+	}
 	for _, tt := range tensors {
 		if err := w.WriteTensorData(tt.name, tt.data); err != nil {
 			t.Fatal(err)
 		}
 	}
+	os.MkdirAll(filepath.Join(blocker, "sub"), 0o755)
 	if err := w.Close(); err == nil || !strings.Contains(err.Error(), "rename") {
 		t.Fatalf("Close: %v", err)
 	}

@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/tq-project/tq/internal/safeout"
 )
 
 // WriterOptions configures Create. The zero value writes one file with 32-byte alignment,
@@ -33,7 +35,8 @@ type WriterOptions struct {
 	BufferSize int
 	// NoManifest disables the SHA-256 manifest.
 	NoManifest bool
-	// Perm is the permission of the output files; 0 means 0644.
+	// Perm is the permission of new output files, before the umask; 0 means 0644. A
+	// replaced file keeps its own permission bits (internal/safeout).
 	Perm os.FileMode
 
 	// failAfter (tests only) makes the write path fail once this many bytes in total have
@@ -69,6 +72,10 @@ const defaultBufferSize = 1 << 20
 // writes the manifest the same way. After any error, or Abort, the temporary files are
 // removed and nothing named like the output is left. Once tensor data has started,
 // every error is fatal: the writer is aborted and later calls return the same error.
+// Files are created through internal/safeout: a symbolic link is written through, a
+// read-only file or a directory is refused, and a character device or FIFO (/dev/null, a
+// pipe) is streamed to directly, unsplit and without manifest. After a split write,
+// shards of the same name with another shard count are removed (see Close).
 //
 // The writer owns the keys general.alignment and split.*: values for them in Metadata
 // are dropped and replaced by what the options require.
@@ -95,9 +102,10 @@ type Writer struct {
 	cur    int
 	next   int
 	out    *shardFile
-	first  *os.File // temp file created by Create, used for shard 0
+	first  *safeout.File // created by Create for path, used for shard 0 when unsplit
+	man    *safeout.File // the manifest, created when data starts
 
-	temps    []string // temporary files still on disk
+	open     []*safeout.File // files created and neither committed nor aborted
 	finished []finishedShard
 	renamed  []string // final paths created by Close (removed again if Close fails)
 	written  int64    // total bytes written (for failAfter)
@@ -107,21 +115,20 @@ type Writer struct {
 }
 
 type finishedShard struct {
-	tmp string
+	f *safeout.File
 	WrittenFile
 }
 
 // shardFile is the file being written: bufio on top of a sink that hashes and counts.
 type shardFile struct {
-	f   *os.File
-	tmp string
+	f   *safeout.File
 	bw  *bufio.Writer
 	snk *sink
 }
 
 type sink struct {
 	w *Writer
-	f *os.File
+	f *safeout.File
 	h hash.Hash
 	n int64
 }
@@ -162,8 +169,9 @@ func (s *shardFile) pos() int64 { return s.snk.n + int64(s.bw.Buffered()) }
 // Create starts writing a GGUF file at path ("dir/model.gguf"). With splitting enabled
 // and more than one shard needed, the shards are named
 // "dir/model-00001-of-0000N.gguf" instead (see SplitPath) and path itself is not created.
-// The output directory must exist; a temporary file is created in it right away so that
-// an unwritable directory fails here.
+// The output directory must exist; the output for path is created right away (a
+// temporary file, or the device or FIFO path names) so that an unwritable directory or
+// a path that must not be written fails here.
 func Create(path string, opts WriterOptions) (*Writer, error) {
 	if opts.Alignment == 0 {
 		opts.Alignment = DefaultAlignment
@@ -188,7 +196,7 @@ func Create(path string, opts WriterOptions) (*Writer, error) {
 		return nil, fmt.Errorf("gguf: output name %q contains a newline or backslash (not representable in a manifest)", base)
 	}
 	w := &Writer{path: path, opts: opts, align: uint64(opts.Alignment), index: map[string]int{}}
-	f, err := w.createTemp()
+	f, err := w.create(path)
 	if err != nil {
 		return nil, err
 	}
@@ -196,17 +204,24 @@ func Create(path string, opts WriterOptions) (*Writer, error) {
 	return w, nil
 }
 
-func (w *Writer) createTemp() (*os.File, error) {
-	dir, base := filepath.Split(w.path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+// create starts one output file through internal/safeout.
+func (w *Writer) create(path string) (*safeout.File, error) {
+	f, err := safeout.Create(path, safeout.Options{Perm: w.opts.Perm})
 	if err != nil {
-		return nil, fmt.Errorf("gguf: create temporary output in %s: %w", dir, err)
+		return nil, fmt.Errorf("gguf: %w", err)
 	}
-	w.temps = append(w.temps, f.Name())
+	w.open = append(w.open, f)
 	return f, nil
+}
+
+// forget drops f from the files to abort on failure.
+func (w *Writer) forget(f *safeout.File) {
+	for i, g := range w.open {
+		if g == f {
+			w.open = append(w.open[:i], w.open[i+1:]...)
+			return
+		}
+	}
 }
 
 // AddTensor declares the next tensor: its name, ggml dims (ne0 first) and type. Tensors
@@ -254,18 +269,11 @@ func (w *Writer) fail(err error) error {
 }
 
 func (w *Writer) cleanup() {
-	if w.first != nil {
-		w.first.Close()
-		w.first = nil
+	w.first, w.out, w.man = nil, nil, nil
+	for _, f := range w.open {
+		f.Abort()
 	}
-	if w.out != nil {
-		w.out.f.Close()
-		w.out = nil
-	}
-	for _, p := range w.temps {
-		os.Remove(p)
-	}
-	w.temps = nil
+	w.open = nil
 	for _, p := range w.renamed {
 		os.Remove(p)
 	}
@@ -301,9 +309,41 @@ func (w *Writer) start() error {
 	if n == 1 {
 		w.paths = []string{w.path}
 	} else {
+		if kind := w.first.Streaming(); kind != "" {
+			return w.fail(fmt.Errorf("gguf: %s is a %s: a split output (%d shards) needs a file path", w.path, kind, n))
+		}
+		// The shards replace path: its temporary file goes, and with it any stale
+		// temporary shards of an earlier interrupted split.
+		w.first.Abort()
+		w.forget(w.first)
+		w.first = nil
 		prefix := splitPrefix(w.path)
+		dir, base := filepath.Split(prefix)
+		if dir == "" {
+			dir = "."
+		}
+		safeout.RemoveStale(dir, func(name string) bool {
+			p, _, _, ok := ParseSplitPath(name)
+			return ok && p == base
+		})
 		for i := range w.shards {
 			w.paths = append(w.paths, SplitPath(prefix, i, n))
+		}
+	}
+	if !w.opts.NoManifest {
+		if n == 1 && w.first.Streaming() != "" {
+			safeout.Notef("no SHA-256 manifest for %s: a %s has no file to check", w.path, w.first.Streaming())
+		} else {
+			if n == 1 {
+				w.manifest = w.path + ManifestSuffix
+			} else {
+				w.manifest = filepath.Join(filepath.Dir(w.path), ManifestName)
+			}
+			f, err := w.create(w.manifest)
+			if err != nil {
+				return w.fail(err)
+			}
+			w.man = f
 		}
 	}
 	// Offsets relative to each shard's data section.
@@ -337,17 +377,17 @@ func (w *Writer) shardMetadata(i int) Metadata {
 }
 
 func (w *Writer) startShard(i int) error {
-	var f *os.File
-	if i == 0 {
+	var f *safeout.File
+	if w.first != nil {
 		f, w.first = w.first, nil
 	} else {
 		var err error
-		if f, err = w.createTemp(); err != nil {
+		if f, err = w.create(w.paths[i]); err != nil {
 			return w.fail(err)
 		}
 	}
 	s := &sink{w: w, f: f, h: sha256.New()}
-	w.out = &shardFile{f: f, tmp: f.Name(), snk: s, bw: bufio.NewWriterSize(s, w.opts.BufferSize)}
+	w.out = &shardFile{f: f, snk: s, bw: bufio.NewWriterSize(s, w.opts.BufferSize)}
 	w.cur = i
 	r := w.shards[i]
 	if err := writeHeader(w.out.bw, w.shardMetadata(i), w.decls[r.first:r.end]); err != nil {
@@ -379,21 +419,13 @@ func (w *Writer) finishShard() error {
 	s := w.out
 	w.out = nil
 	if err := s.bw.Flush(); err != nil {
-		s.f.Close()
 		return fmt.Errorf("gguf: write %s: %w", w.paths[w.cur], err)
 	}
-	if err := s.f.Chmod(w.opts.Perm); err != nil {
-		s.f.Close()
-		return fmt.Errorf("gguf: chmod %s: %w", s.tmp, err)
+	// The file stays open (and its temporary file locked) until Close renames it.
+	if err := s.f.Finish(); err != nil {
+		return fmt.Errorf("gguf: %w", err)
 	}
-	if err := s.f.Sync(); err != nil {
-		s.f.Close()
-		return fmt.Errorf("gguf: fsync %s: %w", s.tmp, err)
-	}
-	if err := s.f.Close(); err != nil {
-		return fmt.Errorf("gguf: close %s: %w", s.tmp, err)
-	}
-	w.finished = append(w.finished, finishedShard{tmp: s.tmp, WrittenFile: WrittenFile{
+	w.finished = append(w.finished, finishedShard{f: s.f, WrittenFile: WrittenFile{
 		Path: w.paths[w.cur], Size: s.snk.n, SHA256: hex.EncodeToString(s.snk.h.Sum(nil))}})
 	return nil
 }
@@ -560,74 +592,78 @@ func (w *Writer) finish() error {
 			return err
 		}
 	}
-	var manTmp string
-	if !w.opts.NoManifest {
+	if w.man != nil {
 		var b strings.Builder
 		for _, f := range w.finished {
 			fmt.Fprintf(&b, "%s  %s\n", f.SHA256, filepath.Base(f.Path))
 		}
-		if len(w.finished) == 1 {
-			w.manifest = w.path + ManifestSuffix
-		} else {
-			w.manifest = filepath.Join(filepath.Dir(w.path), ManifestName)
+		if _, err := w.man.Write([]byte(b.String())); err != nil {
+			return fmt.Errorf("gguf: write manifest %s: %w", w.manifest, err)
 		}
-		f, err := w.createTemp()
-		if err != nil {
-			return err
-		}
-		manTmp = f.Name()
-		_, err = f.WriteString(b.String())
-		if err == nil {
-			err = f.Chmod(w.opts.Perm)
-		}
-		if err == nil {
-			err = f.Sync()
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
+		if err := w.man.Finish(); err != nil {
 			return fmt.Errorf("gguf: write manifest %s: %w", w.manifest, err)
 		}
 	}
 	for _, f := range w.finished {
-		if err := w.rename(f.tmp, f.Path); err != nil {
+		if err := w.commit(f.f); err != nil {
 			return err
 		}
 	}
-	if manTmp != "" {
-		if err := w.rename(manTmp, w.manifest); err != nil {
+	if w.man != nil {
+		if err := w.commit(w.man); err != nil {
 			return err
 		}
 	}
-	syncDir(filepath.Dir(w.path))
 	for _, f := range w.finished {
 		w.result = append(w.result, f.WrittenFile)
 	}
 	w.renamed = nil
+	if len(w.paths) > 1 {
+		w.removeSuperseded()
+	}
 	return nil
 }
 
-func (w *Writer) rename(tmp, final string) error {
-	if err := os.Rename(tmp, final); err != nil {
-		return fmt.Errorf("gguf: rename %s to %s: %w", tmp, final, err)
+// commit renames f into place, remembering the final path so that a later failure of
+// this Close removes it again.
+func (w *Writer) commit(f *safeout.File) error {
+	w.forget(f)
+	if err := f.Commit(); err != nil {
+		return fmt.Errorf("gguf: %w", err)
 	}
-	w.renamed = append(w.renamed, final)
-	for i, p := range w.temps {
-		if p == tmp {
-			w.temps = append(w.temps[:i], w.temps[i+1:]...)
-			break
+	if f.Streaming() == "" {
+		w.renamed = append(w.renamed, f.Target())
+	}
+	return nil
+}
+
+// removeSuperseded removes, after a successful split write of N shards, the shards of an
+// earlier split of the same name into another count ("model-00002-of-00005.gguf" beside
+// the new "model-0000i-of-00003.gguf"): regular files whose name matches the shard pattern
+// exactly with the same prefix. SHA256SUMS, rewritten by this Close, no longer lists them.
+func (w *Writer) removeSuperseded() {
+	prefix := splitPrefix(w.path)
+	dir, base := filepath.Split(prefix)
+	if dir == "" {
+		dir = "."
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	var removed []string
+	for _, e := range ents {
+		p, _, count, ok := ParseSplitPath(e.Name())
+		if !ok || p != base || count == len(w.paths) || !e.Type().IsRegular() {
+			continue
+		}
+		if os.Remove(filepath.Join(dir, e.Name())) == nil {
+			removed = append(removed, e.Name())
 		}
 	}
-	return nil
-}
-
-// syncDir makes renames in dir durable (best effort: not every platform or file system
-// supports fsync on a directory).
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
+	if len(removed) > 0 {
+		safeout.Notef("removed %d shard(s) of an earlier split of %s superseded by the %d new ones: %s",
+			len(removed), w.path, len(w.paths), strings.Join(removed, ", "))
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"html/template"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/tq-project/tq/internal/safeout"
 )
 
 // Plot file names written by WriteHTML.
@@ -41,7 +44,14 @@ func WriteHTML(dir string, r *Report) error {
 		if p == nil {
 			return nil
 		}
-		if err := p.Save(7*vg.Inch, 4*vg.Inch, filepath.Join(dir, name)); err != nil {
+		wt, err := p.WriterTo(7*vg.Inch, 4*vg.Inch, "png")
+		if err == nil {
+			err = safeout.Write(filepath.Join(dir, name), safeout.Options{}, func(w io.Writer) error {
+				_, err := wt.WriteTo(w)
+				return err
+			})
+		}
+		if err != nil {
 			return fmt.Errorf("plot %s: %w", name, err)
 		}
 		plots = append(plots, plotInfo{File: name, Title: title, Caption: caption})
@@ -76,7 +86,7 @@ func WriteHTML(dir string, r *Report) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "report.json"), js, 0o644); err != nil {
+	if err := safeout.WriteFile(filepath.Join(dir, "report.json"), js, safeout.Options{}); err != nil {
 		return err
 	}
 	var md bytes.Buffer
@@ -89,7 +99,7 @@ func WriteHTML(dir string, r *Report) error {
 	}{r, plots, md.String()}); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, "index.html"), page.Bytes(), 0o644)
+	return safeout.WriteFile(filepath.Join(dir, "index.html"), page.Bytes(), safeout.Options{})
 }
 
 type plotInfo struct{ File, Title, Caption string }

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"testing"
 
-
 	"github.com/tq-project/tq/infer"
 	"github.com/tq-project/tq/internal/llamacppref"
 

@@ -1,16 +1,13 @@
 package main
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -116,6 +113,15 @@ func runCalibrate(cmd *cobra.Command, dir string, f *calibrateFlags) error {
 	if opts.MemoryBudget, err = parseSize(f.memBudget); err != nil {
 		return fmt.Errorf("--memory-budget: %w", err)
 	}
+	outDir := f.out
+	if outDir == "" {
+		outDir = dir
+	}
+	inputs := append(append(hfInputs(dir), f.datasets...), f.importIM)
+	if err := checkOutputs(inputs, filepath.Join(outDir, calib.ConfigFile), filepath.Join(outDir, calib.IMatrixFile),
+		filepath.Join(outDir, calib.StatsFile), filepath.Join(outDir, calib.RoutingFile), f.exportIM); err != nil {
+		return err
+	}
 	if f.importIM != "" {
 		if len(f.datasets) > 0 {
 			return fmt.Errorf("--import-imatrix and --calibration-dataset are exclusive")
@@ -127,15 +133,15 @@ func runCalibrate(cmd *cobra.Command, dir string, f *calibrateFlags) error {
 		return err
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	defer stop()
 	pr := newCalibProgress(stderr)
 	opts.Progress = pr.update
 	res, err := calib.Calibrate(ctx, dir, opts)
 	pr.finish()
 	if err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("interrupted; rerun the same command to resume from the last finished block: %w", err)
+		if ie := interrupted(ctx, err, "rerun the same command to resume from the last finished block"); ie != nil {
+			return ie
 		}
 		return err
 	}

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -122,15 +119,22 @@ func runConvert(cmd *cobra.Command, dir string, f *convertFlags) error {
 		abs, _ := filepath.Abs(dir)
 		out = filepath.Base(abs) + "-" + strings.ToLower(t) + ".gguf"
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	inputs := append(hfInputs(dir), f.imatrix)
+	if f.turbo {
+		inputs = append(inputs, turboInputs(dir, f.config)...)
+	}
+	if err := checkGGUFOutput(inputs, out, f.splitMaxSize != "" || f.splitMaxTensors > 0, !f.noManifest); err != nil {
+		return err
+	}
+	ctx, stop := signalContext()
 	defer stop()
 	bar := newProgress(stderr, "converting")
 	opts.Progress = bar.update
 	res, err := convert.Convert(ctx, dir, out, opts)
 	bar.finish()
 	if err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("interrupted; no output was written: %w", err)
+		if ie := interrupted(ctx, err, "no output was written"); ie != nil {
+			return ie
 		}
 		return err
 	}

@@ -1,11 +1,7 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -83,15 +79,18 @@ func runQuantize(cmd *cobra.Command, in, out, typ string, f *quantizeFlags) erro
 		}
 		return printPlan(cmd.OutOrStdout(), plan, f.json)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	if err := checkGGUFOutput(append(modelInputs(in), f.imatrix), out, f.splitMaxSize != "", true); err != nil {
+		return err
+	}
+	ctx, stop := signalContext()
 	defer stop()
 	bar := newProgress(stderr, "quantizing")
 	opts.Progress = bar.update
 	res, err := convert.Requantize(ctx, in, out, opts)
 	bar.finish()
 	if err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("interrupted; no output was written: %w", err)
+		if ie := interrupted(ctx, err, "no output was written"); ie != nil {
+			return ie
 		}
 		return err
 	}

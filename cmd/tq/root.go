@@ -2,10 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
+
+	"github.com/tq-project/tq/internal/safeout"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -59,6 +62,13 @@ Run 'tq COMMAND --help' for the flags and examples of each command.`,
 
 func init() {
 	rootCmd.SetVersionTemplate("tq {{.Version}}\n")
+	// What the output rules of internal/safeout did besides a plain write (a symbolic link
+	// written through, a device streamed to, stale temporary files or superseded shards
+	// removed) is reported on stderr.
+	rootCmd.PersistentPreRun = func(cmd *cobra.Command, args []string) {
+		w := cmd.ErrOrStderr()
+		safeout.SetNotify(func(msg string) { fmt.Fprintln(w, "note:", msg) })
+	}
 }
 
 // writeJSON prints v as indented JSON (the --json output of every command).

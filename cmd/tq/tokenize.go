@@ -59,6 +59,9 @@ Special tokens, as in llama-tokenize and transformers: control tokens written in
 				return err
 			}
 			if o.calib.out != "" {
+				if err := checkOutputs(append(modelInputs(args[0]), o.calib.datasets...), o.calib.out); err != nil {
+					return err
+				}
 				o.calib.json = o.json
 				return runCalibrationTokenize(cmd, tok, &o.calib)
 			}

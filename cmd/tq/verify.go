@@ -1,18 +1,17 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
+	"path/filepath"
 	"strings"
-	"syscall"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/verify"
 )
 
@@ -129,17 +128,20 @@ func runVerify(cmd *cobra.Command, model string, f *verifyFlags) error {
 	if err != nil {
 		return &verifyError{err}
 	}
+	if err := checkVerifyOutputs(model, f); err != nil {
+		return &verifyError{err}
+	}
 	stderr := cmd.ErrOrStderr()
 	if fh, ok := stderr.(*os.File); ok && term.IsTerminal(int(fh.Fd())) {
 		o.Progress = stderr
 	}
 	o.Log = stderr
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	defer stop()
 	rep, err := verify.Run(ctx, o)
 	if err != nil {
-		if ctx.Err() != nil {
-			return &verifyError{fmt.Errorf("interrupted: %w", err)}
+		if ie := interrupted(ctx, err, "not verified"); ie != nil {
+			return ie
 		}
 		return &verifyError{err}
 	}
@@ -150,6 +152,27 @@ func runVerify(cmd *cobra.Command, model string, f *verifyFlags) error {
 		return &verifyExit{rep}
 	}
 	return nil
+}
+
+// checkVerifyOutputs refuses --save-reference, --report and --markdown outputs that are
+// files verify reads.
+func checkVerifyOutputs(model string, f *verifyFlags) error {
+	inputs := append(modelInputs(model), modelInputs(f.reference)...)
+	if model != "" {
+		inputs = append(inputs, model+gguf.ManifestSuffix, filepath.Join(filepath.Dir(model), gguf.ManifestName))
+	}
+	cfg := f.config
+	if cfg == "" && !f.noConfig {
+		cfg = verify.FindConfig(".")
+	}
+	inputs = append(inputs, f.refLogits, f.text, f.suite, f.imatrix, cfg)
+	outputs := []string{f.saveRef, f.markdown}
+	if f.report != "" {
+		for _, n := range []string{"index.html", "report.json", verify.PlotQuantError, verify.PlotKLDHist, verify.PlotSensitivity, verify.PlotRunningPPL} {
+			outputs = append(outputs, filepath.Join(f.report, n))
+		}
+	}
+	return checkOutputs(inputs, outputs...)
 }
 
 // verifyOptions merges defaults, the config file and the flags.

@@ -509,3 +509,37 @@ func TestUnalignedTensors(t *testing.T) {
 	}
 	checkTensors(t, m, ts)
 }
+
+// TestWriteOutputSafety: WriteIndex through a symbolic link writes the target and keeps the
+// link; a read-only file is refused untouched (internal/safeout).
+func TestWriteOutputSafety(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "real.json")
+	os.WriteFile(target, []byte("old"), 0o600)
+	link := filepath.Join(dir, IndexFileName)
+	if err := os.Symlink("real.json", link); err != nil {
+		t.Fatal(err)
+	}
+	wm := map[string]string{"a": "model-00001-of-00001.safetensors"}
+	if err := WriteIndex(link, wm, 4); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("link replaced (%v)", err)
+	}
+	if b, _ := os.ReadFile(target); !strings.Contains(string(b), "weight_map") {
+		t.Fatalf("target: %q", b)
+	}
+	if fi, _ := os.Stat(target); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("target mode %v", fi.Mode())
+	}
+	ro := filepath.Join(dir, "ro.json")
+	os.WriteFile(ro, []byte("keep"), 0o444)
+	os.Chmod(ro, 0o444)
+	if err := WriteIndex(ro, wm, 4); err == nil || !strings.Contains(err.Error(), "read-only") {
+		t.Fatalf("read-only output: %v", err)
+	}
+	if b, _ := os.ReadFile(ro); string(b) != "keep" {
+		t.Fatalf("read-only file changed: %q", b)
+	}
+}

@@ -8,10 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
+
+	"github.com/tq-project/tq/internal/safeout"
 )
 
 // WriteTensor is one tensor to be written by WriteFile. Write must write exactly
@@ -189,42 +189,11 @@ func WriteIndex(path string, weightMap map[string]string, totalSize int64) error
 	return writeAtomic(path, func(w io.Writer) error { _, err := w.Write(data); return err })
 }
 
-// writeAtomic writes a file through a temporary file in the same folder, fsyncs it,
-// renames it over path and fsyncs the folder.
-func writeAtomic(path string, fill func(io.Writer) error) (err error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("safetensors: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	bw := bufio.NewWriterSize(tmp, 1<<20)
-	if err = fill(bw); err != nil {
+// writeAtomic writes a file as internal/safeout does: through a temporary file in the same
+// folder, fsynced, renamed over path, folder fsynced (a device or FIFO is written directly).
+func writeAtomic(path string, fill func(io.Writer) error) error {
+	if err := safeout.Write(path, safeout.Options{}, fill); err != nil {
 		return fmt.Errorf("safetensors: writing %s: %w", path, err)
-	}
-	if err = bw.Flush(); err != nil {
-		return fmt.Errorf("safetensors: writing %s: %w", path, err)
-	}
-	if err = tmp.Sync(); err != nil {
-		return fmt.Errorf("safetensors: fsync %s: %w", path, err)
-	}
-	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("safetensors: writing %s: %w", path, err)
-	}
-	if err = os.Chmod(tmp.Name(), 0o644); err != nil {
-		return fmt.Errorf("safetensors: %w", err)
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("safetensors: %w", err)
-	}
-	if d, derr := os.Open(dir); derr == nil {
-		_ = d.Sync() // best effort: not every filesystem supports fsync on folders
-		d.Close()
 	}
 	return nil
 }

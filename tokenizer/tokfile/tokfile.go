@@ -26,10 +26,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 
 	"github.com/tq-project/tq/internal/boundedread"
+	"github.com/tq-project/tq/internal/safeout"
 )
 
 // Magic starts every token file.
@@ -187,15 +186,16 @@ func WriteFile(path string, h Header, seqs []Sequence) error {
 // final path only when Close succeeds.
 type Writer struct {
 	path  string
-	tmp   *os.File
+	tmp   *safeout.File
 	hdr   Header
 	count uint64
 	err   error
 }
 
-// Create starts a token file at path.
+// Create starts a token file at path. The file is written as internal/safeout rules
+// say; it must be a regular file (the header is rewritten at the end).
 func Create(path string, h Header) (*Writer, error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	tmp, err := safeout.Create(path, safeout.Options{RegularOnly: true})
 	if err != nil {
 		return nil, fmt.Errorf("tokfile: %w", err)
 	}
@@ -250,15 +250,11 @@ func (w *Writer) Close() error {
 	if _, err := w.tmp.Write(hs.Sum(nil)); err != nil {
 		return fail(err)
 	}
-	if err := w.tmp.Sync(); err != nil {
-		return fail(err)
-	}
-	if err := w.tmp.Close(); err != nil {
-		return fail(err)
-	}
-	if err := os.Rename(w.tmp.Name(), w.path); err != nil {
-		os.Remove(w.tmp.Name())
-		return fmt.Errorf("tokfile: %s: %w", w.path, err)
+	err := w.tmp.Commit()
+	w.tmp = nil
+	if err != nil {
+		w.err = fmt.Errorf("tokfile: %w", err)
+		return w.err
 	}
 	w.err = errors.New("tokfile: writer closed")
 	return nil
@@ -267,8 +263,7 @@ func (w *Writer) Close() error {
 // Abort discards the temporary file.
 func (w *Writer) Abort() {
 	if w.tmp != nil {
-		w.tmp.Close()
-		os.Remove(w.tmp.Name())
+		w.tmp.Abort()
 		w.tmp = nil
 	}
 	if w.err == nil {

@@ -246,3 +246,41 @@ func BenchmarkSHA256Baseline(b *testing.B) {
 		sha256.Sum256(data)
 	}
 }
+
+// TestOutputSafety: a symbolic link output is written through (the link stays, the target
+// keeps its mode) and a read-only file is refused untouched (internal/safeout).
+func TestOutputSafety(t *testing.T) {
+	h := testHeader()
+	seqs := randomSeqs(rand.New(rand.NewSource(2)), h, 3)
+	dir := t.TempDir()
+	target := filepath.Join(dir, "real.tok")
+	os.WriteFile(target, []byte("old"), 0o600)
+	link := filepath.Join(dir, "link.tok")
+	if err := os.Symlink("real.tok", link); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFile(link, h, seqs); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("link replaced (%v)", err)
+	}
+	if f, err := ReadFile(target); err != nil || len(f.Seqs) != 3 {
+		t.Fatalf("target: %v", err)
+	}
+	if fi, _ := os.Stat(target); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("target mode %v", fi.Mode())
+	}
+	ro := filepath.Join(dir, "ro.tok")
+	os.WriteFile(ro, []byte("keep"), 0o444)
+	os.Chmod(ro, 0o444)
+	if err := WriteFile(ro, h, seqs); err == nil || !strings.Contains(err.Error(), "read-only") {
+		t.Fatalf("read-only output: %v", err)
+	}
+	if b, _ := os.ReadFile(ro); string(b) != "keep" {
+		t.Fatalf("read-only file changed: %q", b)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 3 {
+		t.Fatalf("left behind: %v", ents)
+	}
+}

@@ -40,14 +40,13 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/tq-project/tq/internal/boundedread"
+	"github.com/tq-project/tq/internal/safeout"
 )
 
 // Magic starts every decompressed reference-logits file.
@@ -290,28 +289,10 @@ func Write(w io.Writer, f *File) error {
 	return zw.Close()
 }
 
-// WriteFile writes f to path atomically (temporary file in the same directory, fsync, rename).
-func WriteFile(path string, f *File) (err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if err = Write(tmp, f); err != nil {
-		return err
-	}
-	if err = tmp.Sync(); err != nil {
-		return err
-	}
-	if err = tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+// WriteFile writes f to path atomically as internal/safeout does (temporary file in the
+// same directory, fsync, rename; a device or FIFO is written directly).
+func WriteFile(path string, f *File) error {
+	return safeout.Write(path, safeout.Options{}, func(w io.Writer) error { return Write(w, f) })
 }
 
 // ReadFile reads the reference-logits file at path.

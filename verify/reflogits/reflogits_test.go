@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -264,4 +265,41 @@ func FuzzRead(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestOutputSafety: a symbolic link output is written through (the link stays) and a
+// read-only file is refused untouched (internal/safeout).
+func TestOutputSafety(t *testing.T) {
+	f := sampleFile(t, false)
+	dir := t.TempDir()
+	target := filepath.Join(dir, "real.tqlogits")
+	os.WriteFile(target, []byte("old"), 0o640)
+	link := filepath.Join(dir, "link.tqlogits")
+	if err := os.Symlink("real.tqlogits", link); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFile(link, f); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("link replaced (%v)", err)
+	}
+	if _, err := ReadFile(target); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(target); fi.Mode().Perm() != 0o640 {
+		t.Fatalf("target mode %v", fi.Mode())
+	}
+	ro := filepath.Join(dir, "ro.tqlogits")
+	os.WriteFile(ro, []byte("keep"), 0o444)
+	os.Chmod(ro, 0o444)
+	if err := WriteFile(ro, f); err == nil || !strings.Contains(err.Error(), "read-only") {
+		t.Fatalf("read-only output: %v", err)
+	}
+	if b, _ := os.ReadFile(ro); string(b) != "keep" {
+		t.Fatalf("read-only file changed: %q", b)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 3 {
+		t.Fatalf("left behind: %v", ents)
+	}
 }

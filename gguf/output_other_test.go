@@ -1,0 +1,7 @@
+//go:build !unix
+
+package gguf
+
+import "testing"
+
+func flockWorks(t *testing.T, dir string) bool { return false }
