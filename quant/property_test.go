@@ -265,7 +265,6 @@ func TestZeroImportance(t *testing.T) {
 	}
 }
 
-
 func TestMeasure(t *testing.T) {
 	x := []float32{1, -2, 3, 4}
 	y := []float32{1, -1, 3, 2}

@@ -124,4 +124,3 @@ func TestConvertUsesHessians(t *testing.T) {
 		}
 	}
 }
-
