@@ -8,26 +8,9 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
-)
 
-// repoRoot walks up from the test's directory to the directory with go.mod.
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the test directory")
-		}
-		dir = parent
-	}
-}
+	"github.com/tq-project/tq/internal/testenv"
+)
 
 // fixedNow is render.py's FIXED_NOW.
 var fixedNow = func() time.Time { return time.Date(2025, 7, 4, 9, 5, 3, 0, time.Local) }
@@ -58,7 +41,7 @@ var knownDeviations = map[string]string{
 // testdata/chat/render.py): byte-identical output, or an error of the same
 // Python exception class.
 func TestConformance(t *testing.T) {
-	dir := filepath.Join(repoRoot(t), "testdata", "chat", "conformance")
+	dir := filepath.Join(testenv.RepoRoot(t), "testdata", "chat", "conformance")
 	var cases []confCase
 	readJSON(t, filepath.Join(dir, "cases.json"), &cases)
 	var expected map[string]confExpect
