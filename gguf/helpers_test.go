@@ -6,28 +6,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"testing"
 )
-
-// repoRoot walks up from the package directory to the directory holding go.mod.
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the test directory")
-		}
-		dir = parent
-	}
-}
 
 // requireRef skips (or, with TQ_REQUIRE_REFS=1, fails) when a reference path is missing.
 func requireRef(t testing.TB, path, what string) {

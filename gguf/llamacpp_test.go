@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tq-project/tq/internal/testenv"
 )
 
 // runTokenize runs testdata/llamacpp/llama.mjs (real llama.cpp through node-llama-cpp).
@@ -36,7 +38,7 @@ func runTokenize(harness, model string, texts []string) ([][]int, error) {
 // vocab test inputs identically with both files.
 func TestLlamaCppTokenizesOurCopy(t *testing.T) {
 	t.Parallel()
-	root := repoRoot(t)
+	root := testenv.RepoRoot(t)
 	harness := filepath.Join(root, "testdata", "llamacpp")
 	src := filepath.Join(harness, "src", "models", "ggml-vocab-qwen2.gguf")
 	requireRef(t, src, "llama.cpp Qwen2 vocab file")

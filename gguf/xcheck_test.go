@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	parser "github.com/gpustack/gguf-parser-go"
+	"github.com/tq-project/tq/internal/testenv"
 )
 
 // fromParser converts a gguf-parser-go value into ours, so the two readers can be
@@ -215,7 +216,7 @@ func TestCrossCheckParserOnOurFiles(t *testing.T) {
 // original's, which checks string contents byte for byte (the parser trims whitespace).
 func TestLlamaCppVocabFiles(t *testing.T) {
 	t.Parallel()
-	dir := filepath.Join(repoRoot(t), "testdata", "llamacpp", "src", "models")
+	dir := filepath.Join(testenv.RepoRoot(t), "testdata", "llamacpp", "src", "models")
 	requireRef(t, filepath.Join(dir, "ggml-vocab-qwen2.gguf"), "llama.cpp vocab GGUF files")
 	paths, err := filepath.Glob(filepath.Join(dir, "ggml-vocab-*.gguf"))
 	if err != nil || len(paths) < 10 {

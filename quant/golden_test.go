@@ -3,200 +3,20 @@ package quant
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"runtime"
 	"testing"
 
 	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/internal/testenv"
 )
 
-// Reader and tests for testdata/golden (vectors produced by ggml's own quantizers;
-// layout in testdata/golden/README.md).
+// Tests against testdata/golden (vectors produced by ggml's own quantizers; layout in
+// testdata/golden/README.md, read by testenv.ParseGolden).
 
-type goldenCase struct {
-	name     string
-	R, C     int
-	x        []float32
-	im       []float32 // nil without an imatrix run
-	q, qIm   []byte
-	y, yIm   []float32 // nil without DEQUANT
-	hasDeq   bool
-	hasImRun bool
-}
-
-type goldenFile struct {
-	typeID    gguf.GGMLType
-	typeName  string
-	producer  uint32
-	blockSize int
-	typeSize  int
-	flags     uint32
-	cases     []goldenCase
-}
-
-type goldenReader struct {
-	b   []byte
-	off int
-	err error
-}
-
-func (r *goldenReader) u32() uint32 {
-	if r.err != nil {
-		return 0
-	}
-	if len(r.b)-r.off < 4 {
-		r.err = fmt.Errorf("truncated at offset %d", r.off)
-		return 0
-	}
-	v := binary.LittleEndian.Uint32(r.b[r.off:])
-	r.off += 4
-	return v
-}
-
-func (r *goldenReader) bytes(n uint32) []byte {
-	if r.err != nil {
-		return nil
-	}
-	if uint64(len(r.b)-r.off) < uint64(n) {
-		r.err = fmt.Errorf("truncated: need %d bytes at offset %d", n, r.off)
-		return nil
-	}
-	v := r.b[r.off : r.off+int(n)]
-	r.off += int(n)
-	return v
-}
-
-func (r *goldenReader) str() string { return string(r.bytes(r.u32())) }
-
-func (r *goldenReader) f32s(n int) []float32 {
-	b := r.bytes(uint32(4 * n))
-	if b == nil {
-		return nil
-	}
-	out := make([]float32, n)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return out
-}
-
-func parseGolden(b []byte) (*goldenFile, error) {
-	r := &goldenReader{b: b}
-	if !bytes.HasPrefix(b, []byte("TQGV")) {
-		return nil, errors.New("bad magic")
-	}
-	r.off = 4
-	if v := r.u32(); v != 1 {
-		return nil, fmt.Errorf("unknown version %d", v)
-	}
-	g := &goldenFile{}
-	g.typeID = gguf.GGMLType(r.u32())
-	g.typeName = r.str()
-	_ = r.str() // commit
-	g.producer = r.u32()
-	g.blockSize = int(r.u32())
-	g.typeSize = int(r.u32())
-	g.flags = r.u32()
-	n := r.u32()
-	if r.err != nil {
-		return nil, r.err
-	}
-	if n > 64 || g.blockSize <= 0 || g.typeSize <= 0 {
-		return nil, fmt.Errorf("implausible header: %d cases, block %d, size %d", n, g.blockSize, g.typeSize)
-	}
-	for i := uint32(0); i < n; i++ {
-		var c goldenCase
-		c.name = r.str()
-		c.R, c.C = int(r.u32()), int(r.u32())
-		if r.err != nil {
-			return nil, r.err
-		}
-		if c.R <= 0 || c.C <= 0 || c.R*c.C > 1<<22 || c.C%g.blockSize != 0 {
-			return nil, fmt.Errorf("case %q: bad shape %dx%d", c.name, c.R, c.C)
-		}
-		N := c.R * c.C
-		c.x = r.f32s(N)
-		imFlag := r.u32()
-		if imFlag != g.flags&1 {
-			return nil, fmt.Errorf("case %q: imatrix flag %d disagrees with header", c.name, imFlag)
-		}
-		c.hasImRun = imFlag == 1
-		if c.hasImRun {
-			c.im = r.f32s(c.C)
-		}
-		want := uint32(c.R * (c.C / g.blockSize) * g.typeSize)
-		if nb := r.u32(); nb != want && r.err == nil {
-			return nil, fmt.Errorf("case %q: nbytes %d, want %d", c.name, nb, want)
-		}
-		c.q = r.bytes(want)
-		c.hasDeq = g.flags&2 != 0
-		if c.hasDeq {
-			c.y = r.f32s(N)
-		}
-		if c.hasImRun {
-			if nb := r.u32(); nb != want && r.err == nil {
-				return nil, fmt.Errorf("case %q: nbytes_im %d, want %d", c.name, nb, want)
-			}
-			c.qIm = r.bytes(want)
-			if c.hasDeq {
-				c.yIm = r.f32s(N)
-			}
-		}
-		if r.err != nil {
-			return nil, fmt.Errorf("case %q: %v", c.name, r.err)
-		}
-		g.cases = append(g.cases, c)
-	}
-	if r.off != len(b) {
-		return nil, fmt.Errorf("%d trailing bytes", len(b)-r.off)
-	}
-	return g, nil
-}
-
-// repoRoot walks up from the test's directory to the directory holding go.mod.
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the test directory")
-		}
-		dir = parent
-	}
-}
-
-var goldenCache = map[string]*goldenFile{}
-
-// loadGolden reads testdata/golden/<name>.bin. The vectors are part of the
-// repository, so a missing file is a failure, not a skip.
-func loadGolden(t testing.TB, name string) *goldenFile {
-	t.Helper()
-	if g, ok := goldenCache[name]; ok {
-		return g
-	}
-	path := filepath.Join(repoRoot(t), "testdata", "golden", name+".bin")
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("golden vectors missing: %v", err)
-	}
-	g, err := parseGolden(b)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	goldenCache[name] = g
-	return g
-}
+// goldenType is the file's ggml type.
+func goldenType(g *testenv.GoldenFile) gguf.GGMLType { return gguf.GGMLType(g.TypeID) }
 
 var goldenWeightFiles = []string{"F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
 	"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS"}
@@ -205,29 +25,21 @@ var goldenActFiles = []string{"Q8_0.cpu_from_float", "Q8_1.from_float_ref", "Q8_
 
 func TestGoldenStructure(t *testing.T) {
 	for _, name := range append(append([]string{}, goldenWeightFiles...), goldenActFiles...) {
-		g := loadGolden(t, name)
-		tr, ok := g.typeID.Traits()
-		if !ok || !Supported(g.typeID) {
-			t.Errorf("%s: type %d not supported", name, g.typeID)
+		g := testenv.LoadGolden(t, name)
+		tr, ok := goldenType(g).Traits()
+		if !ok || !Supported(goldenType(g)) {
+			t.Errorf("%s: type %d not supported", name, goldenType(g))
 			continue
 		}
-		if tr.BlockSize != g.blockSize || tr.TypeSize != g.typeSize || tr.Name != g.typeName {
-			t.Errorf("%s: header %s/%d/%d, gguf traits %s/%d/%d", name, g.typeName, g.blockSize, g.typeSize, tr.Name, tr.BlockSize, tr.TypeSize)
+		if tr.BlockSize != g.BlockSize || tr.TypeSize != g.TypeSize || tr.Name != g.TypeName {
+			t.Errorf("%s: header %s/%d/%d, gguf traits %s/%d/%d", name, g.TypeName, g.BlockSize, g.TypeSize, tr.Name, tr.BlockSize, tr.TypeSize)
 		}
-		if len(g.cases) < 5 {
-			t.Errorf("%s: only %d cases", name, len(g.cases))
+		if len(g.Cases) < 5 {
+			t.Errorf("%s: only %d cases", name, len(g.Cases))
 		}
 	}
-	if _, err := parseGolden([]byte("TQGX\x01\x00\x00\x00")); err == nil {
-		t.Error("bad magic accepted")
-	}
-	g, _ := os.ReadFile(filepath.Join(repoRoot(t), "testdata", "golden", "Q4_0.bin"))
-	if _, err := parseGolden(append(g, 0)); err == nil {
-		t.Error("trailing byte accepted")
-	}
-	if _, err := parseGolden(g[:len(g)-1]); err == nil {
-		t.Error("truncated file accepted")
-	}
+	// The reader's own checks (magic, truncation, trailing bytes) are tested with it, in
+	// internal/testenv.
 }
 
 func bitsEqual(a, b []float32) (int, int) {
@@ -247,31 +59,31 @@ func bitsEqual(a, b []float32) (int, int) {
 // compares the float32 bit patterns with ggml's.
 func TestGoldenDequantBitExact(t *testing.T) {
 	for _, name := range append(append([]string{}, goldenWeightFiles...), goldenActFiles...) {
-		g := loadGolden(t, name)
-		for _, c := range g.cases {
-			if !c.hasDeq {
+		g := testenv.LoadGolden(t, name)
+		for _, c := range g.Cases {
+			if c.Y == nil {
 				continue
 			}
 			runs := []struct {
 				q []byte
 				y []float32
 				k string
-			}{{c.q, c.y, "q"}}
-			if c.hasImRun {
+			}{{c.Q, c.Y, "q"}}
+			if c.HasImatrixRun() {
 				runs = append(runs, struct {
 					q []byte
 					y []float32
 					k string
-				}{c.qIm, c.yIm, "q_im"})
+				}{c.QIm, c.YIm, "q_im"})
 			}
 			for _, run := range runs {
-				got := make([]float32, c.R*c.C)
-				if err := Dequantize(g.typeID, got, run.q); err != nil {
-					t.Fatalf("%s/%s: %v", name, c.name, err)
+				got := make([]float32, c.Rows*c.Cols)
+				if err := Dequantize(goldenType(g), got, run.q); err != nil {
+					t.Fatalf("%s/%s: %v", name, c.Name, err)
 				}
 				if n, i := bitsEqual(got, run.y); n != 0 {
 					t.Errorf("%s/%s/%s: %d of %d values differ; first at %d: got %v (%#x) want %v (%#x)",
-						name, c.name, run.k, n, len(got), i, got[i], math.Float32bits(got[i]), run.y[i], math.Float32bits(run.y[i]))
+						name, c.Name, run.k, n, len(got), i, got[i], math.Float32bits(got[i]), run.y[i], math.Float32bits(run.y[i]))
 				}
 			}
 		}
@@ -282,33 +94,33 @@ func TestGoldenDequantBitExact(t *testing.T) {
 // activation formats must reproduce ggml's bytes exactly.
 func TestGoldenQuantBitExact(t *testing.T) {
 	for _, name := range []string{"F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"} {
-		g := loadGolden(t, name)
-		for _, c := range g.cases {
-			got := make([]byte, len(c.q))
-			if c.name == "float_specials" {
+		g := testenv.LoadGolden(t, name)
+		for _, c := range g.Cases {
+			got := make([]byte, len(c.Q))
+			if c.Name == "float_specials" {
 				// NaN/Inf/overflow: Quantize rejects these (llama.cpp's validation would),
 				// so check the element conversion itself.
-				for i, v := range c.x {
+				for i, v := range c.X {
 					var h uint16
-					if g.typeID == gguf.TypeF16 {
+					if goldenType(g) == gguf.TypeF16 {
 						h = FP32ToFP16(v)
 					} else {
 						h = FP32ToBF16(v)
 					}
 					binary.LittleEndian.PutUint16(got[2*i:], h)
 				}
-			} else if err := Quantize(g.typeID, got, c.x, c.R, c.C, &Options{TensorName: c.name}); err != nil {
-				t.Fatalf("%s/%s: %v", name, c.name, err)
+			} else if err := Quantize(goldenType(g), got, c.X, c.Rows, c.Cols, &Options{TensorName: c.Name}); err != nil {
+				t.Fatalf("%s/%s: %v", name, c.Name, err)
 			}
-			if !bytes.Equal(got, c.q) {
-				t.Errorf("%s/%s: %d of %d blocks differ", name, c.name, diffBlocks(got, c.q, g.typeSize), len(c.q)/g.typeSize)
+			if !bytes.Equal(got, c.Q) {
+				t.Errorf("%s/%s: %d of %d blocks differ", name, c.Name, diffBlocks(got, c.Q, g.TypeSize), len(c.Q)/g.TypeSize)
 			}
-			if c.hasImRun {
-				if err := Quantize(g.typeID, got, c.x, c.R, c.C, &Options{Importance: c.im}); err != nil {
+			if c.HasImatrixRun() {
+				if err := Quantize(goldenType(g), got, c.X, c.Rows, c.Cols, &Options{Importance: c.Imatrix}); err != nil {
 					t.Fatal(err)
 				}
-				if !bytes.Equal(got, c.qIm) {
-					t.Errorf("%s/%s imatrix run: %d of %d blocks differ", name, c.name, diffBlocks(got, c.qIm, g.typeSize), len(c.q)/g.typeSize)
+				if !bytes.Equal(got, c.QIm) {
+					t.Errorf("%s/%s imatrix run: %d of %d blocks differ", name, c.Name, diffBlocks(got, c.QIm, g.TypeSize), len(c.Q)/g.TypeSize)
 				}
 			}
 		}
@@ -320,15 +132,15 @@ func TestGoldenQuantBitExact(t *testing.T) {
 		"Q8_K.cpu_from_float": QuantizeRowQ8K,
 	}
 	for name, f := range acts {
-		g := loadGolden(t, name)
-		for _, c := range g.cases {
-			got := make([]byte, len(c.q))
-			rs := len(c.q) / c.R
-			for r := 0; r < c.R; r++ {
-				f(got[r*rs:(r+1)*rs], c.x[r*c.C:(r+1)*c.C])
+		g := testenv.LoadGolden(t, name)
+		for _, c := range g.Cases {
+			got := make([]byte, len(c.Q))
+			rs := len(c.Q) / c.Rows
+			for r := 0; r < c.Rows; r++ {
+				f(got[r*rs:(r+1)*rs], c.X[r*c.Cols:(r+1)*c.Cols])
 			}
-			if !bytes.Equal(got, c.q) {
-				t.Errorf("%s/%s: %d of %d blocks differ", name, c.name, diffBlocks(got, c.q, g.typeSize), len(c.q)/g.typeSize)
+			if !bytes.Equal(got, c.Q) {
+				t.Errorf("%s/%s: %d of %d blocks differ", name, c.Name, diffBlocks(got, c.Q, g.TypeSize), len(c.Q)/g.TypeSize)
 			}
 		}
 	}
@@ -363,28 +175,28 @@ func blockErr(x, y, im []float32, c0 int) float64 {
 // differing block's error <= 1.01× ggml's, and the case total <= 1.001× ggml's.
 func TestGoldenKQuantBlocks(t *testing.T) {
 	for _, name := range []string{"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS"} {
-		g := loadGolden(t, name)
-		for _, c := range g.cases {
+		g := testenv.LoadGolden(t, name)
+		for _, c := range g.Cases {
 			for _, withIm := range []bool{false, true} {
-				want, im := c.q, []float32(nil)
+				want, im := c.Q, []float32(nil)
 				if withIm {
-					want, im = c.qIm, c.im
+					want, im = c.QIm, c.Imatrix
 				}
 				got := make([]byte, len(want))
-				if err := Quantize(g.typeID, got, c.x, c.R, c.C, &Options{Importance: im}); err != nil {
+				if err := Quantize(goldenType(g), got, c.X, c.Rows, c.Cols, &Options{Importance: im}); err != nil {
 					t.Fatal(err)
 				}
-				checkBlockPolicy(t, fmt.Sprintf("%s/%s/im=%v", name, c.name, withIm), g.typeID, c, got, want, im)
+				checkBlockPolicy(t, fmt.Sprintf("%s/%s/im=%v", name, c.Name, withIm), goldenType(g), c, got, want, im)
 			}
 		}
 	}
 }
 
-func checkBlockPolicy(t *testing.T, label string, typ gguf.GGMLType, c goldenCase, got, want []byte, im []float32) {
+func checkBlockPolicy(t *testing.T, label string, typ gguf.GGMLType, c testenv.GoldenCase, got, want []byte, im []float32) {
 	t.Helper()
 	tr, _ := typ.Traits()
 	nblocks := len(want) / tr.TypeSize
-	bpr := c.C / tr.BlockSize
+	bpr := c.Cols / tr.BlockSize
 	yg := make([]float32, tr.BlockSize)
 	yw := make([]float32, tr.BlockSize)
 	diff := 0
@@ -396,7 +208,7 @@ func checkBlockPolicy(t *testing.T, label string, typ gguf.GGMLType, c goldenCas
 			continue
 		}
 		diff++
-		x := c.x[b*tr.BlockSize : (b+1)*tr.BlockSize]
+		x := c.X[b*tr.BlockSize : (b+1)*tr.BlockSize]
 		_ = Dequantize(typ, yg, qb)
 		_ = Dequantize(typ, yw, wb)
 		c0 := (b % bpr) * tr.BlockSize

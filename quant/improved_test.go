@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/internal/testenv"
 )
 
 // weightedTensorSSE returns Σ_rows Σ_cols w[c]·(x−y)² (w = 1 when im is nil).
@@ -30,50 +31,50 @@ func weightedTensorSSE(x, y []float32, ncols int, im []float32) float64 {
 func TestImprovedVsGGML(t *testing.T) {
 	types := []string{"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS"}
 	for _, name := range types {
-		g := loadGolden(t, name)
+		g := testenv.LoadGolden(t, name)
 		var lineW, lineU string
 		start := time.Now()
-		for _, c := range g.cases {
-			n := c.R * c.C
-			got := make([]byte, len(c.q))
+		for _, c := range g.Cases {
+			n := c.Rows * c.Cols
+			got := make([]byte, len(c.Q))
 			y := make([]float32, n)
 			yg := make([]float32, n)
-			im := c.im
-			ggq := c.qIm
+			im := c.Imatrix
+			ggq := c.QIm
 			if im == nil { // Q8_0: ggml ignores the imatrix; compare with its only output
-				q40 := loadGolden(t, "Q4_0")
-				im = q40.cases[caseIndex(t, q40, c.name)].im
-				ggq = c.q
+				q40 := testenv.LoadGolden(t, "Q4_0")
+				im = q40.Cases[caseIndex(t, q40, c.Name)].Imatrix
+				ggq = c.Q
 			}
-			if err := Quantize(g.typeID, got, c.x, c.R, c.C, &Options{Importance: im, Mode: ModeImproved}); err != nil {
+			if err := Quantize(goldenType(g), got, c.X, c.Rows, c.Cols, &Options{Importance: im, Mode: ModeImproved}); err != nil {
 				t.Fatal(err)
 			}
-			mustDeq(t, g.typeID, y, got)
-			mustDeq(t, g.typeID, yg, ggq)
-			eo, eg := weightedTensorSSE(c.x, y, c.C, im), weightedTensorSSE(c.x, yg, c.C, im)
+			mustDeq(t, goldenType(g), y, got)
+			mustDeq(t, goldenType(g), yg, ggq)
+			eo, eg := weightedTensorSSE(c.X, y, c.Cols, im), weightedTensorSSE(c.X, yg, c.Cols, im)
 			if eo > eg {
-				t.Errorf("%s/%s: improved weighted SSE %g > ggml imatrix %g", name, c.name, eo, eg)
+				t.Errorf("%s/%s: improved weighted SSE %g > ggml imatrix %g", name, c.Name, eo, eg)
 			}
-			lineW += fmt.Sprintf(" %s %+.1f%%", c.name, 100*(eo/eg-1))
-			if err := Quantize(g.typeID, got, c.x, c.R, c.C, &Options{Mode: ModeImproved}); err != nil {
+			lineW += fmt.Sprintf(" %s %+.1f%%", c.Name, 100*(eo/eg-1))
+			if err := Quantize(goldenType(g), got, c.X, c.Rows, c.Cols, &Options{Mode: ModeImproved}); err != nil {
 				t.Fatal(err)
 			}
-			mustDeq(t, g.typeID, y, got)
-			mustDeq(t, g.typeID, yg, c.q)
-			eo, eg = weightedTensorSSE(c.x, y, c.C, nil), weightedTensorSSE(c.x, yg, c.C, nil)
+			mustDeq(t, goldenType(g), y, got)
+			mustDeq(t, goldenType(g), yg, c.Q)
+			eo, eg = weightedTensorSSE(c.X, y, c.Cols, nil), weightedTensorSSE(c.X, yg, c.Cols, nil)
 			if eo > eg {
-				t.Errorf("%s/%s: improved SSE %g > ggml reference %g", name, c.name, eo, eg)
+				t.Errorf("%s/%s: improved SSE %g > ggml reference %g", name, c.Name, eo, eg)
 			}
-			lineU += fmt.Sprintf(" %s %+.1f%%", c.name, 100*(eo/eg-1))
+			lineU += fmt.Sprintf(" %s %+.1f%%", c.Name, 100*(eo/eg-1))
 		}
 		t.Logf("%-6s imatrix-weighted SSE vs ggml imatrix:%s", name, lineW)
 		t.Logf("%-6s plain SSE vs ggml reference:         %s (%v)", name, lineU, time.Since(start).Round(time.Millisecond))
 	}
 }
 
-func caseIndex(t *testing.T, g *goldenFile, name string) int {
-	for i, c := range g.cases {
-		if c.name == name {
+func caseIndex(t *testing.T, g *testenv.GoldenFile, name string) int {
+	for i, c := range g.Cases {
+		if c.Name == name {
 			return i
 		}
 	}

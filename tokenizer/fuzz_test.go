@@ -10,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/tq-project/tq/internal/testenv"
 )
 
 var (
@@ -31,7 +33,7 @@ func fuzzTokenizers(t *testing.T) ([]*Tokenizer, []string) {
 			t.Fatal(err)
 		}
 		fuzzToks, fuzzNames = []*Tokenizer{bl, spm}, []string{"synthetic-bytelevel", "synthetic-spm"}
-		root := repoRoot(t)
+		root := testenv.RepoRoot(t)
 		for _, name := range []string{"qwen2", "llama-spm"} {
 			path := filepath.Join(root, "testdata", "llamacpp", "src", "models", "ggml-vocab-"+name+".gguf")
 			if _, err := os.Stat(path); err != nil {

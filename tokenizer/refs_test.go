@@ -10,26 +10,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-)
 
-// repoRoot walks up from the working directory to the directory holding go.mod.
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the working directory")
-		}
-		dir = parent
-	}
-}
+	"github.com/tq-project/tq/internal/testenv"
+)
 
 // requireRefs reports whether missing references must fail the test (CI sets TQ_REQUIRE_REFS=1).
 func requireRefs() bool { return os.Getenv("TQ_REQUIRE_REFS") == "1" }
@@ -46,7 +29,7 @@ func missingRef(t testing.TB, format string, args ...any) {
 // llamacppDir returns testdata/llamacpp, and path p inside it if it exists.
 func llamacppPath(t testing.TB, p string) string {
 	t.Helper()
-	full := filepath.Join(repoRoot(t), "testdata", "llamacpp", p)
+	full := filepath.Join(testenv.RepoRoot(t), "testdata", "llamacpp", p)
 	if _, err := os.Stat(full); err != nil {
 		missingRef(t, "%s", full)
 	}
@@ -85,7 +68,7 @@ func nodeRun(t testing.TB, script string, req any, resp any) {
 	if err != nil {
 		missingRef(t, "node not found in PATH")
 	}
-	dir := filepath.Join(repoRoot(t), "testdata", "llamacpp")
+	dir := filepath.Join(testenv.RepoRoot(t), "testdata", "llamacpp")
 	if _, err := os.Stat(filepath.Join(dir, "node_modules")); err != nil {
 		missingRef(t, "%s", filepath.Join(dir, "node_modules"))
 	}

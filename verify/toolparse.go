@@ -4,9 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"strings"
+
+	"github.com/tq-project/tq/tokenizer/chat"
 )
 
 // Turn is an assistant turn split into reasoning, answer text and tool calls.
@@ -20,15 +21,14 @@ type Turn struct {
 
 // ParsedCall is one <tool_call> block as extracted from generated text.
 type ParsedCall struct {
-	Raw       string          `json:"raw"`
+	Raw       string          `json:"raw"` // the block as generated, tags included
 	Name      string          `json:"name,omitempty"`
 	Arguments json.RawMessage `json:"arguments,omitempty"` // a JSON object (XML-style calls converted)
 	// Err is why the block could not be parsed ("" when it parsed).
 	Err string `json:"error,omitempty"`
 
-	args  map[string]any // decoded Arguments (numbers as json.Number)
-	xml   map[string]string
-	order []string // XML parameter order
+	args   map[string]any       // decoded Arguments (numbers as json.Number)
+	params []chat.ToolCallParam // XML-style parameters as written, typed by convertXML
 }
 
 const (
@@ -41,9 +41,10 @@ const (
 // parseTurn splits generated assistant text. inThink says the prompt left the model inside a
 // reasoning block (the generation prompt ended with an open <think>). Reasoning ends at
 // </think>, or at the first <tool_call> (Qwen3.5 accepts both); tool calls are the
-// <tool_call>…</tool_call> blocks after it, in JSON ({"name": …, "arguments": {…}}) or XML
-// (<function=NAME><parameter=P>VALUE</parameter></function>) form. paramType gives the JSON
-// schema type of an XML parameter ("string" values are taken verbatim, others parsed as JSON).
+// <tool_call>…</tool_call> blocks after it, parsed by chat.ParseToolCalls in either form
+// (chat.ToolCallsAuto: JSON {"name": …, "arguments": {…}}, or XML
+// <function=NAME><parameter=P>VALUE</parameter></function>). XML parameter values stay text
+// until validateCall types them with the tool's schema.
 func parseTurn(text string, inThink bool) Turn {
 	var t Turn
 	rest := text
@@ -69,42 +70,33 @@ func parseTurn(text string, inThink bool) Turn {
 			return t
 		}
 	}
+	calls, _ := chat.ParseToolCalls(rest, chat.ToolCallsAuto) // per-call errors are kept below
 	var content strings.Builder
-	for {
-		i := strings.Index(rest, toolCallOpen)
-		if i < 0 {
-			content.WriteString(rest)
-			break
-		}
-		content.WriteString(rest[:i])
-		rest = rest[i+len(toolCallOpen):]
-		j := strings.Index(rest, toolCallClose)
-		if j < 0 {
-			t.Calls = append(t.Calls, ParsedCall{Raw: rest, Err: "unterminated <tool_call> (no </tool_call>)"})
-			rest = ""
-			break
-		}
-		t.Calls = append(t.Calls, parseCall(rest[:j]))
-		rest = rest[j+len(toolCallClose):]
+	prev := 0
+	for _, c := range calls {
+		content.WriteString(rest[prev:c.Start])
+		t.Calls = append(t.Calls, newParsedCall(rest[c.Start:c.End], c))
+		prev = c.End
 	}
+	content.WriteString(rest[prev:])
 	t.Content = strings.TrimSpace(content.String())
 	return t
 }
 
-// parseCall parses the body of one <tool_call> block.
-func parseCall(body string) ParsedCall {
-	c := ParsedCall{Raw: body}
-	s := strings.TrimSpace(body)
-	if strings.HasPrefix(s, "<function=") {
-		if err := c.parseXML(s); err != nil {
-			c.Err = err.Error()
+// newParsedCall adapts one call found by chat.ParseToolCalls.
+func newParsedCall(raw string, c chat.ParsedToolCall) ParsedCall {
+	pc := ParsedCall{Raw: raw, Name: c.Name, params: c.Params}
+	if c.Err != nil {
+		pc.Err = c.Err.Error()
+		return pc
+	}
+	if c.Params == nil { // JSON form: the arguments are final
+		pc.Arguments = c.Arguments
+		if decodeJSON(string(c.Arguments), &pc.args) != nil || pc.args == nil {
+			pc.Err = "arguments are not a JSON object"
 		}
-		return c
 	}
-	if err := c.parseJSON(s); err != nil {
-		c.Err = err.Error()
-	}
-	return c
+	return pc
 }
 
 func decodeJSON(s string, v any) error {
@@ -119,128 +111,41 @@ func decodeJSON(s string, v any) error {
 	return nil
 }
 
-func (c *ParsedCall) parseJSON(s string) error {
-	var obj map[string]json.RawMessage
-	if err := decodeJSON(s, &obj); err != nil {
-		return fmt.Errorf("not valid JSON: %v", err)
-	}
-	if obj == nil {
-		return errors.New("not a JSON object")
-	}
-	raw, ok := obj["name"]
-	if !ok {
-		return errors.New(`no "name" field`)
-	}
-	if err := json.Unmarshal(raw, &c.Name); err != nil || c.Name == "" {
-		return errors.New(`"name" is not a non-empty string`)
-	}
-	args, ok := obj["arguments"]
-	if !ok {
-		if args, ok = obj["parameters"]; !ok {
-			return errors.New(`no "arguments" field`)
-		}
-	}
-	// arguments may be given as a JSON string holding the object (OpenAI style)
-	var str string
-	if json.Unmarshal(args, &str) == nil {
-		args = json.RawMessage(str)
-	}
-	var m map[string]any
-	if err := decodeJSON(string(args), &m); err != nil || m == nil {
-		return fmt.Errorf(`"arguments" is not a JSON object`)
-	}
-	c.args = m
-	c.Arguments = compactJSON(args)
-	return nil
-}
-
-func compactJSON(b []byte) json.RawMessage {
-	var buf bytes.Buffer
-	if json.Compact(&buf, b) != nil {
-		return json.RawMessage(b)
-	}
-	return buf.Bytes()
-}
-
-// parseXML parses <function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n…</function>. Values are
-// kept as text; convertXML types them once the schema is known.
-func (c *ParsedCall) parseXML(s string) error {
-	s = strings.TrimPrefix(s, "<function=")
-	gt := strings.IndexByte(s, '>')
-	if gt <= 0 {
-		return errors.New("malformed <function=NAME> tag")
-	}
-	c.Name = strings.TrimSpace(s[:gt])
-	s = s[gt+1:]
-	c.xml = map[string]string{}
-	for {
-		s = strings.TrimLeft(s, " \t\r\n")
-		if strings.HasPrefix(s, "</function>") {
-			if strings.TrimSpace(s[len("</function>"):]) != "" {
-				return errors.New("text after </function>")
-			}
-			return nil
-		}
-		if !strings.HasPrefix(s, "<parameter=") {
-			return errors.New("expected <parameter=…> or </function>")
-		}
-		s = s[len("<parameter="):]
-		gt := strings.IndexByte(s, '>')
-		if gt <= 0 {
-			return errors.New("malformed <parameter=NAME> tag")
-		}
-		name := strings.TrimSpace(s[:gt])
-		s = s[gt+1:]
-		end := strings.Index(s, "</parameter>")
-		if end < 0 {
-			return fmt.Errorf("parameter %q has no </parameter>", name)
-		}
-		v := strings.TrimPrefix(s[:end], "\n")
-		v = strings.TrimSuffix(v, "\n")
-		if _, dup := c.xml[name]; dup {
-			return fmt.Errorf("parameter %q given twice", name)
-		}
-		c.xml[name] = v
-		c.order = append(c.order, name)
-		s = s[end+len("</parameter>"):]
-	}
-}
-
-// convertXML types the XML parameters with the tool's schema: string parameters verbatim,
-// others parsed as JSON (a value that does not parse stays a string and fails the type check).
+// convertXML types the XML parameters with the tool's schema (chat.XMLParamValue): a string
+// parameter is taken verbatim, others are converted by their schema type; a value that does
+// not convert stays a string, so the schema check reports the mismatch.
 func (c *ParsedCall) convertXML(props map[string]any) {
-	if c.xml == nil || c.Err != "" {
+	if c.params == nil || c.Err != "" {
 		return
 	}
 	c.args = map[string]any{}
-	var b strings.Builder
+	var b bytes.Buffer
 	b.WriteByte('{')
-	for i, name := range c.order {
-		raw := c.xml[name]
-		var v any = raw
-		if !schemaAllowsOnly(props[name], "string") {
-			var parsed any
-			if decodeJSON(raw, &parsed) == nil {
-				v = parsed
-			}
+	for i, p := range c.params {
+		v, err := chat.XMLParamValue(p.Value, schemaType(props[p.Name]))
+		if err != nil {
+			v, _ = json.Marshal(p.Value)
 		}
-		c.args[name] = v
+		var val any
+		if decodeJSON(string(v), &val) != nil {
+			val = p.Value
+		}
+		c.args[p.Name] = val
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		kb, _ := json.Marshal(name)
-		vb, _ := json.Marshal(v)
+		kb, _ := json.Marshal(p.Name)
 		b.Write(kb)
 		b.WriteByte(':')
-		b.Write(vb)
+		b.Write(v)
 	}
 	b.WriteByte('}')
 	c.Arguments = json.RawMessage(b.String())
 }
 
-// schemaAllowsOnly reports whether a property schema's type is exactly typ.
-func schemaAllowsOnly(schema any, typ string) bool {
+// schemaType is a property schema's type when it names exactly one ("" otherwise).
+func schemaType(schema any) string {
 	m, _ := schema.(map[string]any)
 	t, _ := m["type"].(string)
-	return t == typ
+	return t
 }

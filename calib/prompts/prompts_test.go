@@ -11,26 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tq-project/tq/internal/testenv"
 	"github.com/tq-project/tq/tokenizer/chat"
 )
-
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found")
-		}
-		dir = parent
-	}
-}
 
 func loadDefault(t *testing.T) []Prompt {
 	t.Helper()
@@ -342,7 +325,7 @@ func TestToolsAndCallsAreValid(t *testing.T) {
 
 func readTemplate(t *testing.T, name string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "testdata", "chat", "templates", name))
+	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "testdata", "chat", "templates", name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +343,7 @@ type hashGolden struct {
 // testdata/chat/render.py (SHA-256 of the text).
 func TestRenderWithQwenTemplates(t *testing.T) {
 	var golden map[string]map[string]hashGolden
-	data, err := os.ReadFile(filepath.Join(repoRoot(t), "testdata", "chat", "golden-prompts.json"))
+	data, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "testdata", "chat", "golden-prompts.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ func init() {
 		Use:   "convert MODEL_DIR",
 		Short: "Convert a Hugging Face model folder to GGUF (presets, turboquant, size budgets)",
 		Long: `convert reads a Hugging Face folder (config.json, *.safetensors or a sharded index,
-tokenizer files) of a llama, Mistral, qwen2, qwen3 or qwen3moe model and writes a GGUF file
+tokenizer files) of a llama, Mistral, qwen2, qwen3, qwen3moe, qwen35 or qwen35moe model and writes a GGUF file
 that llama.cpp loads unchanged: the same tensor names, q/k permutation, expert stacking and
 metadata keys as llama.cpp's convert_hf_to_gguf.py. BF16, F16, F32 and FP8 (F8_E4M3 with
 weight_scale_inv block scales) checkpoints are decoded on the fly.

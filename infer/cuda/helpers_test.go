@@ -7,9 +7,6 @@ import (
 	"github.com/tq-project/tq/infer/cuda/cudatest"
 )
 
-// repoRoot walks up from the test directory to the directory holding go.mod.
-func repoRoot(t testing.TB) string { return cudatest.RepoRoot(t) }
-
 // fakeDriver builds testdata/fakecuda/fakecuda.c (see its header): a driver without a device, or
 // with initOnly one that exports only the initialisation functions.
 func fakeDriver(t testing.TB, initOnly bool) string { return cudatest.FakeDriver(t, initOnly) }

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/tq-project/tq/internal/testenv"
 )
 
 func TestPTXEmbedsNonEmpty(t *testing.T) {
@@ -80,7 +82,7 @@ func TestPTXKernelTable(t *testing.T) {
 // TestPTXParamsMatchSources checks the parameter kinds against the C signatures in the .cu
 // sources too (the PTX could be stale; the source-hash test catches that separately).
 func TestPTXParamsMatchSources(t *testing.T) {
-	root := repoRoot(t)
+	root := testenv.RepoRoot(t)
 	sig := regexp.MustCompile(`extern "C" __global__ void (tq_\w+)\(([^)]*)\)`)
 	macro := regexp.MustCompile(`extern "C" __global__ void tq_mv_##name##(_t\d)\(([^)]*)\)`)
 	found := map[string][]paramKind{}
@@ -155,7 +157,7 @@ func sourceHash(t *testing.T, dir, cu string) string {
 }
 
 func TestPTXSourcesInSync(t *testing.T) {
-	dir := filepath.Join(repoRoot(t), "infer", "cuda", "kernels")
+	dir := filepath.Join(testenv.RepoRoot(t), "infer", "cuda", "kernels")
 	cus, _ := filepath.Glob(filepath.Join(dir, "*.cu"))
 	if len(cus) != len(modules) {
 		t.Fatalf("%d .cu files in %s, %d modules in the host table", len(cus), dir, len(modules))
@@ -182,7 +184,7 @@ func TestPTXSourcesInSync(t *testing.T) {
 
 // TestLaunchConstantsMatchSources checks the Go mirrors of the kernels' #define constants.
 func TestLaunchConstantsMatchSources(t *testing.T) {
-	dir := filepath.Join(repoRoot(t), "infer", "cuda", "kernels")
+	dir := filepath.Join(testenv.RepoRoot(t), "infer", "cuda", "kernels")
 	defs := map[string]int{}
 	re := regexp.MustCompile(`(?m)^#define (\w+) (\d+)\s*$`)
 	for _, m := range modules {

@@ -9,6 +9,7 @@ import (
 	"github.com/tq-project/tq/internal/convert/policy"
 	"github.com/tq-project/tq/internal/fixtures"
 	"github.com/tq-project/tq/internal/safetensors"
+	"github.com/tq-project/tq/internal/testenv"
 )
 
 func TestMixtureFileType(t *testing.T) {
@@ -109,7 +110,7 @@ func TestMixtureFileTypeOfOutputs(t *testing.T) {
 
 	// a turboquant config that keeps o_proj, down_proj and lm_head in F16 (tensor_types) for
 	// testdata/verify/toolmodel: together they outweigh the 4-bit tensors of this small model
-	tool := filepath.Join(repoRoot(t), "testdata", "verify", "toolmodel")
+	tool := filepath.Join(testenv.RepoRoot(t), "testdata", "verify", "toolmodel")
 	cfg := filepath.Join(t.TempDir(), "quantize_config.json")
 	writeFile(t, cfg, `{"quant_method":"turboquant","weight_dtype":"int4","kv_cache_dtype":"f16","group_size":128,
 		"symmetric":true,"calibration_method":"mse","layers_to_quantize":["q_proj","k_proj","v_proj","gate_proj","up_proj"],

@@ -219,25 +219,6 @@ func shapeOf(mt gguf.ModelTensor) []int64 {
 	return s
 }
 
-// repoRoot walks up from the test's directory to go.mod.
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the test directory")
-		}
-		dir = parent
-	}
-}
-
 // dirFiles lists the names in dir (to check that nothing was left behind).
 func dirFiles(t testing.TB, dir string) []string {
 	t.Helper()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tq-project/tq/internal/fixtures"
+	"github.com/tq-project/tq/internal/testenv"
 )
 
 // fullTests reports whether the slow test matrices run: in CI (TQ_REQUIRE_REFS=1) or with
@@ -24,7 +25,7 @@ func fullTests() bool {
 // missing reference skips the test, or fails it when TQ_REQUIRE_REFS=1 (CI).
 func llamaCppHarness(t testing.TB) string {
 	t.Helper()
-	dir := filepath.Join(repoRoot(t), "testdata", "llamacpp")
+	dir := filepath.Join(testenv.RepoRoot(t), "testdata", "llamacpp")
 	missing := ""
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "node-llama-cpp", "dist", "index.js")); err != nil {
 		missing = "testdata/llamacpp/node_modules/node-llama-cpp (run `make refs`)"

@@ -17,6 +17,7 @@ import (
 	"github.com/tq-project/tq/infer"
 	"github.com/tq-project/tq/internal/convert"
 	"github.com/tq-project/tq/internal/fixtures"
+	"github.com/tq-project/tq/internal/testenv"
 )
 
 func genFixture(t *testing.T, o fixtures.Options) string {
@@ -130,7 +131,7 @@ func softmax(l []float32) []float64 {
 // Full probability parity: llama.cpp and tq's runner agree on the next-token distributions of
 // the files convert writes (F16 and Q8_0/Q4_K_M/turboquant), for every architecture.
 func TestProbabilityParityWithLlamaCpp(t *testing.T) {
-	harness := filepath.Join(repoRootExt(t), "testdata", "llamacpp")
+	harness := filepath.Join(testenv.RepoRoot(t), "testdata", "llamacpp")
 	if _, err := os.Stat(filepath.Join(harness, "node_modules", "node-llama-cpp")); err != nil {
 		if os.Getenv("TQ_REQUIRE_REFS") == "1" {
 			t.Fatal("llama.cpp reference missing (TQ_REQUIRE_REFS=1): testdata/llamacpp/node_modules/node-llama-cpp")
@@ -227,19 +228,5 @@ func TestProbabilityParityWithLlamaCpp(t *testing.T) {
 		if worst > maxAbs || worstKL > maxKL {
 			t.Errorf("%s: distributions differ: max abs %.3e (limit %.0e), KL %.3e (limit %.0e)", it.name, worst, maxAbs, worstKL, maxKL)
 		}
-	}
-}
-
-func repoRootExt(t *testing.T) string {
-	dir, _ := os.Getwd()
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		p := filepath.Dir(dir)
-		if p == dir {
-			t.Fatal("go.mod not found")
-		}
-		dir = p
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/tq-project/tq/internal/safetensors"
+	"github.com/tq-project/tq/internal/testenv"
 )
 
 // hybridCounts counts a Qwen3.5 hybrid model's parameters from its dimensions by hand,
@@ -169,7 +170,7 @@ func TestHybridExpectedTensors(t *testing.T) {
 // must be in tensor_mapping.py (fused experts and per-expert MTP tensors are handled by the
 // merging code of Qwen2MoeModel).
 func TestHybridNamesKnownToLlamaCpp(t *testing.T) {
-	src := filepath.Join(repoRoot(t), "testdata", "llamacpp", "src")
+	src := filepath.Join(testenv.RepoRoot(t), "testdata", "llamacpp", "src")
 	mapping := string(needRef(t, filepath.Join(src, "gguf-py", "gguf", "tensor_mapping.py")))
 	qwen := string(needRef(t, filepath.Join(src, "conversion", "qwen.py")))
 	for _, frag := range []string{`"pre_fc_norm_embedding": "enorm"`, `"fc":                    "eh_proj"`, `mlp.experts.gate_up_proj`, `name.endswith(".A_log")`} {

@@ -10,28 +10,13 @@ import (
 	"testing"
 
 	"github.com/tq-project/tq/internal/safetensors"
+	"github.com/tq-project/tq/internal/testenv"
 )
 
 const tinyMoE = `{"architectures":["Qwen3MoeForCausalLM"],"hidden_size":256,"intermediate_size":512,
  "moe_intermediate_size":256,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,
  "head_dim":64,"num_experts":4,"num_experts_per_tok":2,"vocab_size":320,"mlp_only_layers":[1],
  "quantization_config":{"quant_method":"fp8","weight_block_size":[128,128]}}`
-
-// repoRoot walks up from the test's folder to the folder holding go.mod.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, _ := os.Getwd()
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found")
-		}
-		dir = parent
-	}
-}
 
 func needRef(t *testing.T, path string) []byte {
 	t.Helper()
@@ -48,7 +33,7 @@ func needRef(t *testing.T, path string) []byte {
 // TestNamesKnownToLlamaCpp checks every expected HF tensor name against llama.cpp's own
 // converter tables (gguf-py tensor_mapping.py and the Qwen MoE expert merging code).
 func TestNamesKnownToLlamaCpp(t *testing.T) {
-	src := filepath.Join(repoRoot(t), "testdata", "llamacpp", "src")
+	src := filepath.Join(testenv.RepoRoot(t), "testdata", "llamacpp", "src")
 	mapping := string(needRef(t, filepath.Join(src, "gguf-py", "gguf", "tensor_mapping.py")))
 	qwen := string(needRef(t, filepath.Join(src, "conversion", "qwen.py")))
 	if !strings.Contains(qwen, `mlp.experts.{xid}.{w_name}.weight`) {

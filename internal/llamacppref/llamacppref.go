@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/cpu"
+
+	"github.com/tq-project/tq/internal/testenv"
 )
 
 // VariantEnv names the environment variable that forces llama.cpp's CPU variant (for example
@@ -50,23 +52,10 @@ func HaswellBuild() bool {
 	return false
 }
 
-// RepoRoot walks up from the working directory to the directory holding go.mod.
+// RepoRoot returns the repository root (testenv.RepoRoot, for the callers of this package).
 func RepoRoot(t testing.TB) string {
 	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the working directory")
-		}
-		dir = parent
-	}
+	return testenv.RepoRoot(t)
 }
 
 // Missing skips t (or fails it under TQ_REQUIRE_REFS=1) because the named reference is absent.

@@ -12,11 +12,11 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
-	"golang.org/x/sys/cpu"
-
 	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/internal/testenv"
 	"github.com/tq-project/tq/quant"
 	"github.com/tq-project/tq/quant/kernels"
+	"golang.org/x/sys/cpu"
 )
 
 // q0xRawActs returns n/32 activation blocks with random quants in [−127, 127] (the range
@@ -210,7 +210,7 @@ func BenchmarkQ0xVsGGML(b *testing.B) {
 	if !kernels.HasAsm() || !cpu.X86.HasBMI2 {
 		b.Skip("this CPU cannot run llama.cpp's haswell CPU variant")
 	}
-	lib := filepath.Join(extRepoRoot(b), "testdata", "llamacpp", "node_modules", "@node-llama-cpp",
+	lib := filepath.Join(testenv.RepoRoot(b), "testdata", "llamacpp", "node_modules", "@node-llama-cpp",
 		"linux-x64", "bins", "linux-x64", "libggml-cpu-haswell.so")
 	h, err := purego.Dlopen(lib, purego.RTLD_NOW|purego.RTLD_LOCAL)
 	if err != nil {

@@ -4,13 +4,15 @@ import (
 	"fmt"
 	"math"
 	"testing"
+
+	"github.com/tq-project/tq/internal/testenv"
 )
 
 var goldenWeightFiles = map[Type]string{
-	Q8_0: "Q8_0.bin", Q4_0: "Q4_0.bin", Q4_K: "Q4_K.bin", Q5_K: "Q5_K.bin", Q6_K: "Q6_K.bin",
+	Q8_0: "Q8_0", Q4_0: "Q4_0", Q4_K: "Q4_K", Q5_K: "Q5_K", Q6_K: "Q6_K",
 }
 
-var goldenActFiles = map[Type]string{Q8_0: "Q8_0.cpu_from_float.bin", Q8_K: "Q8_K.cpu_from_float.bin"}
+var goldenActFiles = map[Type]string{Q8_0: "Q8_0.cpu_from_float", Q8_K: "Q8_K.cpu_from_float"}
 
 // TestDequantHelperGolden validates the test-only decoder (used for every reference below)
 // against ggml's dequantized floats, bit for bit, for both quantization runs.
@@ -22,20 +24,20 @@ func TestDequantHelperGolden(t *testing.T) {
 		}
 		g := loadGolden(t, file, BlockBytes(typ))
 		var n int
-		for _, c := range g.cases {
+		for _, c := range g.Cases {
 			for _, run := range []struct {
 				q []byte
 				y []float32
-			}{{c.q, c.y}, {c.qIm, c.yIm}} {
+			}{{c.Q, c.Y}, {c.QIm, c.YIm}} {
 				if run.q == nil {
 					continue
 				}
-				for r := 0; r < c.rows; r++ {
-					es := decodeRow(typ, run.q[r*c.rowLen:], c.cols)
+				for r := 0; r < c.Rows; r++ {
+					es := decodeRow(typ, run.q[r*c.RowBytes:], c.Cols)
 					for i, e := range es {
-						want := run.y[r*c.cols+i]
+						want := run.y[r*c.Cols+i]
 						if got := e.ggml(); math.Float32bits(got) != math.Float32bits(want) {
-							t.Fatalf("%v %s row %d [%d]: decoded %g, ggml %g", typ, c.name, r, i, got, want)
+							t.Fatalf("%v %s row %d [%d]: decoded %g, ggml %g", typ, c.Name, r, i, got, want)
 						}
 						n++
 					}
@@ -58,35 +60,35 @@ func TestDotGoldenReference(t *testing.T) {
 		at, _ := ActivationType(wt)
 		gw := loadGolden(t, goldenWeightFiles[wt], BlockBytes(wt))
 		ga := loadGolden(t, goldenActFiles[at], BlockBytes(at))
-		acts := map[string]goldenCase{}
-		for _, c := range ga.cases {
-			acts[c.name] = c
+		acts := map[string]testenv.GoldenCase{}
+		for _, c := range ga.Cases {
+			acts[c.Name] = c
 		}
 		t.Run(wt.String(), func(t *testing.T) {
 			forEachImpl(t, func(t *testing.T) {
 				dot := kernelFor(wt)
 				var worst float64
 				var count int
-				for _, c := range gw.cases {
-					ac, ok := acts[c.name]
-					if !ok || ac.cols != c.cols {
-						t.Fatalf("no activation case matching %q", c.name)
+				for _, c := range gw.Cases {
+					ac, ok := acts[c.Name]
+					if !ok || ac.Cols != c.Cols {
+						t.Fatalf("no activation case matching %q", c.Name)
 					}
-					nb := c.cols / BlockSize(wt)
-					for _, q := range [][]byte{c.q, c.qIm} {
+					nb := c.Cols / BlockSize(wt)
+					for _, q := range [][]byte{c.Q, c.QIm} {
 						if q == nil {
 							continue
 						}
-						for r := 0; r < c.rows; r++ {
-							w := q[r*c.rowLen : (r+1)*c.rowLen]
-							ar := (r + 3) % ac.rows
-							x := ac.q[ar*ac.rowLen : (ar+1)*ac.rowLen]
-							got := float64(dot(c.cols, w, x))
-							ref, s := refDot(wt, w, at, x, c.cols)
+						for r := 0; r < c.Rows; r++ {
+							w := q[r*c.RowBytes : (r+1)*c.RowBytes]
+							ar := (r + 3) % ac.Rows
+							x := ac.Q[ar*ac.RowBytes : (ar+1)*ac.RowBytes]
+							got := float64(dot(c.Cols, w, x))
+							ref, s := refDot(wt, w, at, x, c.Cols)
 							err := math.Abs(got - ref)
 							if err > refTol(nb)*s {
 								t.Errorf("%s row %d · act row %d: got %.9g, reference %.9g, |err| = %.3g > %.3g = tol·S",
-									c.name, r, ar, got, ref, err, refTol(nb)*s)
+									c.Name, r, ar, got, ref, err, refTol(nb)*s)
 							}
 							if s > 0 {
 								worst = max(worst, err/s)

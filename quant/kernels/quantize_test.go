@@ -8,20 +8,20 @@ import (
 )
 
 func TestHalfConversionGolden(t *testing.T) {
-	g := loadGolden(t, "F16.bin", 2)
+	g := loadGolden(t, "F16", 2)
 	var n, bad int
-	for _, c := range g.cases {
-		for i, x := range c.x {
-			want := binary.LittleEndian.Uint16(c.q[2*i:])
+	for _, c := range g.Cases {
+		for i, x := range c.X {
+			want := binary.LittleEndian.Uint16(c.Q[2*i:])
 			if got := floatToHalf(x); got != want {
 				if bad < 10 {
-					t.Errorf("%s[%d]: floatToHalf(%g = %#08x) = %#04x, ggml %#04x", c.name, i, x, math.Float32bits(x), got, want)
+					t.Errorf("%s[%d]: floatToHalf(%g = %#08x) = %#04x, ggml %#04x", c.Name, i, x, math.Float32bits(x), got, want)
 				}
 				bad++
 			}
-			if got := halfToFloat(want); math.Float32bits(got) != math.Float32bits(c.y[i]) {
+			if got := halfToFloat(want); math.Float32bits(got) != math.Float32bits(c.Y[i]) {
 				if bad < 10 {
-					t.Errorf("%s[%d]: halfToFloat(%#04x) = %#08x, ggml %#08x", c.name, i, want, math.Float32bits(got), math.Float32bits(c.y[i]))
+					t.Errorf("%s[%d]: halfToFloat(%#04x) = %#08x, ggml %#08x", c.Name, i, want, math.Float32bits(got), math.Float32bits(c.Y[i]))
 				}
 				bad++
 			}
@@ -45,12 +45,12 @@ func TestHalfConversionGolden(t *testing.T) {
 }
 
 func TestBF16WidenGolden(t *testing.T) {
-	g := loadGolden(t, "BF16.bin", 2)
-	for _, c := range g.cases {
-		for i := range c.y {
-			h := binary.LittleEndian.Uint16(c.q[2*i:])
-			if got := bf16ToFloat(h); math.Float32bits(got) != math.Float32bits(c.y[i]) {
-				t.Fatalf("%s[%d]: bf16ToFloat(%#04x) = %#08x, ggml %#08x", c.name, i, h, math.Float32bits(got), math.Float32bits(c.y[i]))
+	g := loadGolden(t, "BF16", 2)
+	for _, c := range g.Cases {
+		for i := range c.Y {
+			h := binary.LittleEndian.Uint16(c.Q[2*i:])
+			if got := bf16ToFloat(h); math.Float32bits(got) != math.Float32bits(c.Y[i]) {
+				t.Fatalf("%s[%d]: bf16ToFloat(%#04x) = %#08x, ggml %#08x", c.Name, i, h, math.Float32bits(got), math.Float32bits(c.Y[i]))
 			}
 		}
 	}
@@ -64,31 +64,31 @@ func TestQuantizeGolden(t *testing.T) {
 		typ  Type
 		fn   func([]byte, []float32)
 	}{
-		{"Q8_0.cpu_from_float.bin", Q8_0, QuantizeRowQ8_0},
-		{"Q8_K.cpu_from_float.bin", Q8_K, QuantizeRowQ8K},
+		{"Q8_0.cpu_from_float", Q8_0, QuantizeRowQ8_0},
+		{"Q8_K.cpu_from_float", Q8_K, QuantizeRowQ8K},
 	} {
 		t.Run(tc.typ.String(), func(t *testing.T) {
 			g := loadGolden(t, tc.file, BlockBytes(tc.typ))
 			forEachImpl(t, func(t *testing.T) {
-				for _, c := range g.cases {
-					for r := 0; r < c.rows; r++ {
-						x := c.x[r*c.cols : (r+1)*c.cols]
-						want := c.q[r*c.rowLen : (r+1)*c.rowLen]
-						got := bytes.Repeat([]byte{0xa5}, c.rowLen+7)
+				for _, c := range g.Cases {
+					for r := 0; r < c.Rows; r++ {
+						x := c.X[r*c.Cols : (r+1)*c.Cols]
+						want := c.Q[r*c.RowBytes : (r+1)*c.RowBytes]
+						got := bytes.Repeat([]byte{0xa5}, c.RowBytes+7)
 						tc.fn(got, x)
-						if !bytes.Equal(got[:c.rowLen], want) {
+						if !bytes.Equal(got[:c.RowBytes], want) {
 							i := firstDiff(got, want)
 							t.Fatalf("%s row %d: first difference at byte %d (block %d): got %#02x, ggml %#02x",
-								c.name, r, i, i/BlockBytes(tc.typ), got[i], want[i])
+								c.Name, r, i, i/BlockBytes(tc.typ), got[i], want[i])
 						}
-						if !bytes.Equal(got[c.rowLen:], bytes.Repeat([]byte{0xa5}, 7)) {
-							t.Fatalf("%s row %d: wrote past the row", c.name, r)
+						if !bytes.Equal(got[c.RowBytes:], bytes.Repeat([]byte{0xa5}, 7)) {
+							t.Fatalf("%s row %d: wrote past the row", c.Name, r)
 						}
 					}
-					all := make([]byte, len(c.q))
-					tc.fn(all, c.x)
-					if !bytes.Equal(all, c.q) {
-						t.Fatalf("%s: whole-matrix quantization differs from ggml", c.name)
+					all := make([]byte, len(c.Q))
+					tc.fn(all, c.X)
+					if !bytes.Equal(all, c.Q) {
+						t.Fatalf("%s: whole-matrix quantization differs from ggml", c.Name)
 					}
 				}
 			})

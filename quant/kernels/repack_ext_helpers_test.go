@@ -4,8 +4,6 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/tq-project/tq/gguf"
@@ -129,23 +127,6 @@ func quantActs(t kernels.Type, x []float32, k, n int) []byte {
 		}
 	}
 	return out
-}
-
-func extRepoRoot(tb testing.TB) string {
-	dir, err := os.Getwd()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			tb.Fatal("go.mod not found above the test directory")
-		}
-		dir = parent
-	}
 }
 
 // withPure runs f with the pure-Go kernels (pure) or the default ones.

@@ -15,6 +15,7 @@ import (
 	"github.com/ebitengine/purego"
 	"golang.org/x/sys/cpu"
 
+	"github.com/tq-project/tq/internal/testenv"
 	"github.com/tq-project/tq/quant/kernels"
 )
 
@@ -120,7 +121,7 @@ func oracleFunc(t *testing.T, fn any, name string) {
 
 // oracleLibPath is node-llama-cpp's AVX2 CPU backend library.
 func oracleLibPath(t *testing.T) string {
-	return filepath.Join(extRepoRoot(t), "testdata", "llamacpp", "node_modules", "@node-llama-cpp",
+	return filepath.Join(testenv.RepoRoot(t), "testdata", "llamacpp", "node_modules", "@node-llama-cpp",
 		"linux-x64", "bins", "linux-x64", "libggml-cpu-haswell.so")
 }
 

@@ -24,6 +24,8 @@ name, tool_call_id (only when non-empty).
 Usage (from the repository root):
     /usr/bin/python3 testdata/chat/render.py            # rewrite all goldens
     /usr/bin/python3 testdata/chat/render.py --check    # verify, exit 1 on diff
+    /usr/bin/python3 testdata/chat/render.py [--check] conformance   # only these sets
+                    (sets: golden, llamacpp, prompts, conformance)
 
 Requires Debian's python3-jinja2 (3.1.x): apt-get install -y python3-jinja2.
 Outputs:
@@ -35,7 +37,8 @@ Outputs:
   golden-prompts.json                     SHA-256 of the built-in calibration prompts
                                           (calib/prompts/data) rendered with each
                                           template in templates/
-  conformance/expected.json               results of conformance/cases.json
+  conformance/expected.json               results of conformance/cases.json, with the
+                                          jinja2 version that produced them
 """
 
 import datetime
@@ -243,6 +246,9 @@ def calibration_prompts(env, check, problems):
 
 def conformance(env, check, problems):
     cases = load_json(os.path.join(HERE, "conformance", "cases.json"))
+    names = [c["name"] for c in cases]
+    if len(set(names)) != len(names):
+        sys.exit("conformance/cases.json: duplicate case names")
     out = {}
     for case in cases:
         def run():
@@ -253,28 +259,41 @@ def conformance(env, check, problems):
             out[case["name"]] = {"output": text}
         else:
             out[case["name"]] = {"error": text.split(":", 1)[0]}
-    text = json.dumps(out, ensure_ascii=False, indent=1, sort_keys=True) + "\n"
+    doc = {"jinja2": jinja2.__version__, "results": out}
+    text = json.dumps(doc, ensure_ascii=False, indent=1, sort_keys=True) + "\n"
     write_or_check(os.path.join(HERE, "conformance", "expected.json"), text, check, problems)
 
 
+SETS = ("golden", "llamacpp", "prompts", "conformance")
+
+
 def main():
-    check = "--check" in sys.argv[1:]
+    args = sys.argv[1:]
+    check = "--check" in args
+    sets = [a for a in args if a != "--check"] or list(SETS)
+    for a in sets:
+        if a not in SETS:
+            sys.exit(f"unknown set {a!r} (sets: {', '.join(SETS)})")
     env = make_env()
     problems = []
     tdir = os.path.join(HERE, "templates")
-    golden_set(env, tdir, sorted(t for t in os.listdir(tdir) if t.endswith(".jinja")),
-               os.path.join(HERE, "golden"), check, problems)
-    if os.path.isdir(LLAMACPP_TEMPLATES):
-        llamacpp_hashes(env, check, problems)
-    else:
-        print("note: llama.cpp templates not found at", LLAMACPP_TEMPLATES, "(run testdata/llamacpp/setup.sh)")
-    calibration_prompts(env, check, problems)
-    conformance(env, check, problems)
+    if "golden" in sets:
+        golden_set(env, tdir, sorted(t for t in os.listdir(tdir) if t.endswith(".jinja")),
+                   os.path.join(HERE, "golden"), check, problems)
+    if "llamacpp" in sets:
+        if os.path.isdir(LLAMACPP_TEMPLATES):
+            llamacpp_hashes(env, check, problems)
+        else:
+            print("note: llama.cpp templates not found at", LLAMACPP_TEMPLATES, "(run testdata/llamacpp/setup.sh)")
+    if "prompts" in sets:
+        calibration_prompts(env, check, problems)
+    if "conformance" in sets:
+        conformance(env, check, problems)
     if problems:
         for p in problems:
             print("differs:", os.path.relpath(p, ROOT))
         sys.exit(1)
-    print("jinja2", jinja2.__version__, "- goldens", "verified" if check else "written")
+    print("jinja2", jinja2.__version__, "-", ", ".join(sets), "verified" if check else "written")
 
 
 if __name__ == "__main__":

@@ -12,27 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tq-project/tq/internal/testenv"
 	"github.com/tq-project/tq/tokenizer/chat/internal/jinja"
 )
-
-// repoRoot walks up from the test's directory to the directory with go.mod.
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the test directory")
-		}
-		dir = parent
-	}
-}
 
 // fixedNow matches FIXED_NOW in testdata/chat/render.py.
 func fixedNow() time.Time { return time.Date(2025, 7, 4, 9, 5, 3, 0, time.Local) }
@@ -54,7 +36,7 @@ type namedConv struct {
 
 func loadConversations(t testing.TB) []namedConv {
 	t.Helper()
-	dir := filepath.Join(repoRoot(t), "testdata", "chat", "conversations")
+	dir := filepath.Join(testenv.RepoRoot(t), "testdata", "chat", "conversations")
 	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no conversations in %s: %v", dir, err)
@@ -108,7 +90,7 @@ func errorMsg(err error) string {
 // Python jinja2 outputs in testdata/chat/golden (see render.py). Errors
 // must have the same Python exception class and message.
 func TestGoldenQwen(t *testing.T) {
-	root := repoRoot(t)
+	root := testenv.RepoRoot(t)
 	convs := loadConversations(t)
 	templates, _ := filepath.Glob(filepath.Join(root, "testdata", "chat", "templates", "*.jinja"))
 	if len(templates) < 2 {
@@ -188,7 +170,7 @@ type hashGolden struct {
 // and compares the SHA-256 of the output (or the error class) with Python
 // jinja2 (testdata/chat/golden-llamacpp.json).
 func TestGoldenLlamaCppTemplates(t *testing.T) {
-	root := repoRoot(t)
+	root := testenv.RepoRoot(t)
 	dir := filepath.Join(root, "testdata", "llamacpp", "src", "models", "templates")
 	if _, err := os.Stat(dir); err != nil {
 		if os.Getenv("TQ_REQUIRE_REFS") == "1" {

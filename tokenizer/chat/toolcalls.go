@@ -28,6 +28,11 @@ const (
 	// A bare <function=NAME>...</function> block (Qwen3-Coder without the
 	// wrapper) is accepted too.
 	ToolCallsXML
+	// ToolCallsAuto accepts either form, chosen per <tool_call> block: a body
+	// that starts with <function= is parsed as XML, any other as JSON. It is
+	// for output whose template is not known (verify's tool-call gate judges
+	// text without it). Bare <function=...> blocks are not calls in this mode.
+	ToolCallsAuto
 )
 
 func (f ToolCallFormat) String() string {
@@ -36,6 +41,8 @@ func (f ToolCallFormat) String() string {
 		return "json"
 	case ToolCallsXML:
 		return "xml"
+	case ToolCallsAuto:
+		return "auto"
 	}
 	return fmt.Sprintf("ToolCallFormat(%d)", int(f))
 }
@@ -62,11 +69,20 @@ type ParsedToolCall struct {
 	// the model wrote them. Empty when the call could not be parsed far
 	// enough.
 	Arguments json.RawMessage
+	// Params are the parameters of an XML-form call as the model wrote
+	// them, in order, before typing (one newline after <parameter=P> and
+	// one before </parameter> removed). nil for JSON-form calls.
+	Params []ToolCallParam
 	// Start and End delimit the whole block (including its tags) in the
 	// parsed text, as byte offsets.
 	Start, End int
 	// Err describes what is malformed in this block; nil when it parsed.
 	Err error
+}
+
+// ToolCallParam is one parameter of an XML-form tool call.
+type ToolCallParam struct {
+	Name, Value string
 }
 
 // ParseToolCalls extracts every tool-call block from generated text.
@@ -83,7 +99,9 @@ func ParseToolCalls(text string, format ToolCallFormat, tools ...Tool) ([]Parsed
 	case ToolCallsJSON:
 		calls = parseJSONCalls(text)
 	case ToolCallsXML:
-		calls = parseXMLCalls(text, schemas)
+		calls = parseXMLCalls(text, schemas, false)
+	case ToolCallsAuto:
+		calls = parseXMLCalls(text, schemas, true)
 	default:
 		return nil, fmt.Errorf("unknown tool-call format %d", int(format))
 	}
@@ -107,6 +125,8 @@ const (
 	tagCallClose = "</tool_call>"
 )
 
+var errUnterminated = errors.New("unterminated <tool_call>: missing </tool_call>")
+
 func parseJSONCalls(text string) []ParsedToolCall {
 	var calls []ParsedToolCall
 	pos := 0
@@ -123,7 +143,7 @@ func parseJSONCalls(text string) []ParsedToolCall {
 		if j < 0 {
 			body = text[bodyStart:]
 			c.End = len(text)
-			c.Err = errors.New("missing </tool_call>")
+			c.Err = errUnterminated
 		} else {
 			body = text[bodyStart : bodyStart+j]
 			c.End = bodyStart + j + len(tagCallClose)
@@ -143,9 +163,12 @@ func parseJSONCallBody(body string, c *ParsedToolCall) error {
 	}
 	dec := json.NewDecoder(strings.NewReader(body))
 	dec.UseNumber()
+	invalid := func(err error) error {
+		return fmt.Errorf("not valid JSON: %w (invalid JSON at byte %d of the call)", err, dec.InputOffset())
+	}
 	tok, err := dec.Token()
 	if err != nil {
-		return fmt.Errorf("invalid JSON: %w", err)
+		return invalid(err)
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
 		return errors.New("tool call is not a JSON object")
@@ -155,12 +178,12 @@ func parseJSONCallBody(body string, c *ParsedToolCall) error {
 	for dec.More() {
 		kt, err := dec.Token()
 		if err != nil {
-			return fmt.Errorf("invalid JSON: %w", err)
+			return invalid(err)
 		}
 		key, _ := kt.(string)
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
-			return fmt.Errorf("invalid JSON: %w", err)
+			return invalid(err)
 		}
 		if seen[key] {
 			return fmt.Errorf("duplicate key %q", key)
@@ -176,7 +199,7 @@ func parseJSONCallBody(body string, c *ParsedToolCall) error {
 		}
 	}
 	if _, err := dec.Token(); err != nil {
-		return fmt.Errorf("invalid JSON: %w", err)
+		return invalid(err)
 	}
 	if dec.More() {
 		return errors.New("trailing data after the JSON object")
@@ -242,12 +265,18 @@ func toolSchemas(tools []Tool) paramTypes {
 	return out
 }
 
-func parseXMLCalls(text string, schemas paramTypes) []ParsedToolCall {
+// parseXMLCalls parses the XML form; with auto (ToolCallsAuto), a <tool_call>
+// body that is not a <function=...> block is parsed as JSON, and bare
+// <function=...> blocks are not looked for.
+func parseXMLCalls(text string, schemas paramTypes, auto bool) []ParsedToolCall {
 	var calls []ParsedToolCall
 	pos := 0
 	for pos < len(text) {
 		iCall := strings.Index(text[pos:], tagCallOpen)
-		iFn := strings.Index(text[pos:], "<function=")
+		iFn := -1
+		if !auto {
+			iFn = strings.Index(text[pos:], "<function=")
+		}
 		if iCall < 0 && iFn < 0 {
 			break
 		}
@@ -261,13 +290,17 @@ func parseXMLCalls(text string, schemas paramTypes) []ParsedToolCall {
 			if j < 0 {
 				body = text[bodyStart:]
 				c.End = len(text)
-				c.Err = errors.New("missing </tool_call>")
+				c.Err = errUnterminated
 			} else {
 				body = text[bodyStart : bodyStart+j]
 				c.End = bodyStart + j + len(tagCallClose)
 			}
 			trimmed := strings.TrimSpace(body)
-			if !strings.HasPrefix(trimmed, "<function=") {
+			if auto && !strings.HasPrefix(trimmed, "<function=") {
+				if err := parseJSONCallBody(body, &c); err != nil && c.Err == nil {
+					c.Err = err
+				}
+			} else if !strings.HasPrefix(trimmed, "<function=") {
 				if c.Err == nil {
 					c.Err = errors.New("expected <function=NAME> inside <tool_call>")
 				}
@@ -338,7 +371,7 @@ func parseXMLFunction(s string, schemas paramTypes, c *ParsedToolCall) (int, str
 			valStart := gt + 1
 			end := strings.Index(trimmed[valStart:], "</parameter>")
 			if end < 0 {
-				return len(s), "", fmt.Errorf("parameter %q: missing </parameter>", pname)
+				return len(s), "", fmt.Errorf("parameter %q: missing </parameter> (no </parameter> in the rest of the block)", pname)
 			}
 			val := trimmed[valStart : valStart+end]
 			val = strings.TrimPrefix(val, "\n")
@@ -347,6 +380,7 @@ func parseXMLFunction(s string, schemas paramTypes, c *ParsedToolCall) (int, str
 				return len(s), "", fmt.Errorf("duplicate parameter %q", pname)
 			}
 			seen[pname] = true
+			c.Params = append(c.Params, ToolCallParam{Name: pname, Value: val})
 			typ, typed := types[pname]
 			if types != nil && !typed {
 				return len(s), "", fmt.Errorf("function %q has no parameter %q", name, pname)
@@ -381,9 +415,14 @@ func firstLine(s string) string {
 	return s
 }
 
-// xmlParamValue converts a parameter's text to JSON following its schema
-// type. Untyped parameters are JSON when the text is a JSON number, object
-// or array, and a string otherwise.
+// XMLParamValue converts the text of an XML-form parameter to JSON following
+// its JSON-schema type: "string" takes the text verbatim; boolean and null
+// accept JSON's and Python's spellings (true/True, null/None, as templates
+// print them); integer, number, object and array must be JSON of that kind.
+// An untyped parameter ("") is JSON when its text is a JSON number, object or
+// array, and a string otherwise.
+func XMLParamValue(text, typ string) (json.RawMessage, error) { return xmlParamValue(text, typ) }
+
 func xmlParamValue(val, typ string) (json.RawMessage, error) {
 	compact := func(s string) (json.RawMessage, bool) {
 		var buf bytes.Buffer

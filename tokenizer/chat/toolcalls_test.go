@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/tq-project/tq/internal/testenv"
 )
 
 func jsonEqual(t *testing.T, a, b []byte) bool {
@@ -25,7 +27,7 @@ func readTemplate(t *testing.T, name string) string { return readTemplateTB(t, n
 
 func readTemplateTB(t testing.TB, name string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "testdata", "chat", "templates", name))
+	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "testdata", "chat", "templates", name))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,29 +32,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/tq-project/tq/internal/testenv"
 )
 
 // EnvCache names the environment variable that overrides the build cache directory.
 const EnvCache = "TQ_CUEMU_CACHE"
-
-// RepoRoot walks up from the working directory to the directory holding go.mod.
-func RepoRoot(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("cudatest: go.mod not found above the test directory")
-		}
-		dir = parent
-	}
-}
 
 // SkipOrFail skips the test, or fails it when TQ_REQUIRE_REFS=1 (CI), for a missing tool.
 func SkipOrFail(t testing.TB, format string, args ...any) {
@@ -70,7 +53,7 @@ func SkipOrFail(t testing.TB, format string, args ...any) {
 // their committed PTX defines, in file order, module by module.
 func Kernels(t testing.TB) (modules, entries []string) {
 	t.Helper()
-	kdir := filepath.Join(RepoRoot(t), "infer", "cuda", "kernels")
+	kdir := filepath.Join(testenv.RepoRoot(t), "infer", "cuda", "kernels")
 	cus, err := filepath.Glob(filepath.Join(kdir, "*.cu"))
 	if err != nil || len(cus) == 0 {
 		t.Fatalf("cudatest: no kernel sources in %s (%v)", kdir, err)
@@ -108,7 +91,7 @@ func EmulatorLibrary(t testing.TB) string {
 	if runtime.GOOS != "linux" || (runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64") {
 		t.Skip("cudatest: the CUDA emulator and the purego driver path need linux/amd64 or linux/arm64")
 	}
-	root := RepoRoot(t)
+	root := testenv.RepoRoot(t)
 	kdir := filepath.Join(root, "infer", "cuda", "kernels")
 	edir := filepath.Join(root, "infer", "cuda", "testdata", "cuemu")
 	modules, entries := Kernels(t)
@@ -138,7 +121,7 @@ func FakeDriver(t testing.TB, initOnly bool) string {
 	if runtime.GOOS != "linux" {
 		t.Skip("cudatest: the fake driver is a Linux shared library")
 	}
-	src := filepath.Join(RepoRoot(t), "infer", "cuda", "testdata", "fakecuda", "fakecuda.c")
+	src := filepath.Join(testenv.RepoRoot(t), "infer", "cuda", "testdata", "fakecuda", "fakecuda.c")
 	key := "fake-nodevice"
 	args := []string{"-shared", "-fPIC", "-O1"}
 	if initOnly {

@@ -8,26 +8,9 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
-)
 
-// repoRoot walks up from the test's directory to the directory with go.mod.
-func repoRoot(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the test directory")
-		}
-		dir = parent
-	}
-}
+	"github.com/tq-project/tq/internal/testenv"
+)
 
 // fixedNow is render.py's FIXED_NOW.
 var fixedNow = func() time.Time { return time.Date(2025, 7, 4, 9, 5, 3, 0, time.Local) }
@@ -53,18 +36,29 @@ var knownDeviations = map[string]string{
 	"err_int_overflow": "OverflowError",
 }
 
+// confExpected is conformance/expected.json: Python's result per case and the
+// jinja2 version that produced them.
+type confExpected struct {
+	Jinja2  string                `json:"jinja2"`
+	Results map[string]confExpect `json:"results"`
+}
+
 // TestConformance renders every case of testdata/chat/conformance/cases.json
 // and compares with the Python jinja2 results in expected.json (produced by
 // testdata/chat/render.py): byte-identical output, or an error of the same
 // Python exception class.
 func TestConformance(t *testing.T) {
-	dir := filepath.Join(repoRoot(t), "testdata", "chat", "conformance")
+	dir := filepath.Join(testenv.RepoRoot(t), "testdata", "chat", "conformance")
 	var cases []confCase
 	readJSON(t, filepath.Join(dir, "cases.json"), &cases)
-	var expected map[string]confExpect
-	readJSON(t, filepath.Join(dir, "expected.json"), &expected)
-	if len(cases) < 100 || len(cases) != len(expected) {
-		t.Fatalf("%d cases, %d expectations", len(cases), len(expected))
+	var doc confExpected
+	readJSON(t, filepath.Join(dir, "expected.json"), &doc)
+	expected := doc.Results
+	if doc.Jinja2 == "" {
+		t.Fatal("expected.json does not record the jinja2 version that produced it")
+	}
+	if len(cases) < 300 || len(cases) != len(expected) {
+		t.Fatalf("%d cases, %d expectations (regenerate with testdata/chat/render.py conformance)", len(cases), len(expected))
 	}
 	pass := 0
 	for _, c := range cases {
@@ -93,7 +87,7 @@ func TestConformance(t *testing.T) {
 			pass++
 		}
 	}
-	t.Logf("%d/%d conformance cases match Python jinja2 (%d known deviations)", pass, len(cases), len(knownDeviations))
+	t.Logf("%d/%d conformance cases match Python jinja2 %s (%d known deviations)", pass, len(cases), doc.Jinja2, len(knownDeviations))
 }
 
 func errKind(err error) string {

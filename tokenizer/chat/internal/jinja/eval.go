@@ -522,7 +522,8 @@ func (e *evaluator) loopAttr(lp *loopObj, name string) Value {
 	return undefinedAttr(lp, name)
 }
 
-// iterate returns the items of an iterable value (consuming iterators).
+// iterate returns the items of an iterable value (consuming iterators). For a list or a dict
+// the slice is the value's own storage: callers must not modify it.
 func (e *evaluator) iterate(v Value) ([]Value, error) {
 	switch x := v.(type) {
 	case *List:

@@ -1023,12 +1023,17 @@ func fSum(e *evaluator, v Value, args []Value, kw *kwargs) (Value, error) {
 		return nil, err
 	}
 	if !isNone(a[0]) {
+		// A new slice: items may be the list's own (iterate does not copy), and sum must not
+		// replace the caller's elements by their attributes (conformance case
+		// chat_numeric_filters: nums|sum(attribute='v') then nums|max(attribute='v')).
 		get := e.attrGetter(a[0], true, nil)
+		vals := make([]Value, len(items))
 		for i, it := range items {
-			if items[i], err = get(it); err != nil {
+			if vals[i], err = get(it); err != nil {
 				return nil, err
 			}
 		}
+		items = vals
 	}
 	acc := a[1]
 	for _, it := range items {

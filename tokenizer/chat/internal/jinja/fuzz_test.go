@@ -8,13 +8,15 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/tq-project/tq/internal/testenv"
 )
 
 // FuzzTemplate compiles and renders arbitrary template sources with small
 // limits. Any outcome but an internal error (a recovered panic) or a hang is
 // acceptable.
 func FuzzTemplate(f *testing.F) {
-	root := repoRoot(f)
+	root := testenv.RepoRoot(f)
 	var cases []confCase
 	data, err := os.ReadFile(filepath.Join(root, "testdata", "chat", "conformance", "cases.json"))
 	if err != nil {
