@@ -40,8 +40,17 @@ import (
 // below tolHybridRefF32/tolHybridRefF16 (about 4x what was measured: 4.2e-4 and 1.3e-2 on
 // qwen35moe), so a formula error in tq cannot widen the bound. Measured on an Intel Sapphire
 // Rapids (AVX-512, AVX-VNNI): f16 qwen35moe |Δp| 4.6e-3 against a derived bound of 1.3e-2, f32
-// 1.3e-5 against 4.2e-4. Greedy continuations must then only pass the teacher-forced gap test:
-// a near-tie may legitimately resolve the other way.
+// 1.3e-5 against 4.2e-4. Greedy continuations must then only pass the teacher-forced gap test,
+// whose bound is widened the same way: a near-tie may legitimately resolve the other way. For
+// quantized weights the same argument holds with the q8_0/q8_K activation roundings, whose
+// footprint on these peaky random fixtures is large (|p_tq − p_float64| up to ~1 along the greedy
+// sequence), so there the derived bound widens only the teacher-forced gap — and on such a
+// fixture it no longer discriminates (measured: a Q4_K qwen35moe fixture whose recurrent state
+// carries an order flip reached a gap of 0.55 against a footprint of 1.0) — while max |Δp| <=
+// 0.15 and the share of positions within 1e-5 (a formula error breaks every position) still
+// apply. On such
+// hosts `make test` also runs the strict criteria against llama.cpp's AVX2 variant
+// (TQ_LLAMACPP_CPU=haswell), where this model agrees at 24/24 positions.
 const (
 	tolHybridF32       = 1e-4
 	tolHybridF16       = 3e-3
@@ -100,10 +109,13 @@ func TestHybridLlamaCppParity(t *testing.T) {
 		exact := c.tol != tolHybridQuant
 		t.Run(c.name, func(t *testing.T) {
 			src, s, logits := evalGGUF(t, paths[i], prompt)
-			tol := c.tol
+			tol, gapTol := c.tol, tolHybridGreedyGap
 			strict := bitExactHost()
-			if exact && !strict {
-				tol = max(tol, refDistance(t, src, prompt, logits, c.tol == tolHybridF16))
+			if !strict {
+				d := refDistance(t, src, prompt, logits, refLimit(c.tol))
+				if exact {
+					tol = max(tol, d)
+				}
 			}
 			worst, near := compareDists(t, logits, resp[2*i], len(positions))
 			t.Logf("max |Δp| vs llama.cpp %.2e (tolerance %.2g); positions within %.0e: %d/%d", worst, tol, nearExact, near, len(positions))
@@ -124,10 +136,20 @@ func TestHybridLlamaCppParity(t *testing.T) {
 			if diverge >= 0 && exact && strict {
 				t.Errorf("greedy continuation differs at token %d:\n ours  %v\n llama %v", diverge, got, want)
 			}
+			if !strict {
+				// the rounding footprint along the sequence the gap is measured on
+				seq := append(append([]int32(nil), greedyPrompt...), want...)
+				s.Reset()
+				seqLogits, err := s.Eval(seq, LogitsAll)
+				if err != nil {
+					t.Fatal(err)
+				}
+				gapTol = max(gapTol, refDistance(t, src, seq, seqLogits, refLimit(c.tol)))
+			}
 			agree, gap := teacherForced(t, s, greedyPrompt, want)
 			t.Logf("greedy: first divergence %d (-1: none) of %d; teacher-forced argmax agreement %d/%d, largest gap %.2e", diverge, nGreedy, agree, nGreedy, gap)
-			if gap > tolHybridGreedyGap {
-				t.Errorf("llama.cpp's greedy token is %.3e below our argmax (tolerance %.0e)", gap, tolHybridGreedyGap)
+			if gap > gapTol {
+				t.Errorf("llama.cpp's greedy token is %.3e below our argmax (tolerance %.2g)", gap, gapTol)
 			}
 		})
 	}
@@ -139,12 +161,26 @@ func TestHybridLlamaCppParity(t *testing.T) {
 	}
 }
 
+// refLimit is the cap on tq's distance from the float64 evaluation for a case of tolerance tol:
+// tolHybridRefF32 / tolHybridRefF16 for float weights, none (1) for quantized weights, whose
+// activation roundings alone move these fixtures' probabilities by up to ~1.
+func refLimit(tol float64) float64 {
+	switch tol {
+	case tolHybridF32:
+		return tolHybridRefF32
+	case tolHybridF16:
+		return tolHybridRefF16
+	}
+	return 1
+}
+
 // refDistance returns max |p_tq − p_float64| over the prompt's positions, where p_float64 is the
 // float64 evaluation (Reference) of the same weights without any activation rounding: the
 // rounding footprint that bounds the difference between two correct engines that differ only in
-// summation order (see the tolerances above). It fails the test if that footprint exceeds
-// tolHybridRefF16 (f16 weights) or tolHybridRefF32, which would mean a formula error in tq.
-func refDistance(t *testing.T, src Source, prompt []int32, logits [][]float32, f16 bool) float64 {
+// summation order (see the tolerances above). It fails the test if that footprint exceeds limit
+// (tolHybridRefF16 for f16 weights, tolHybridRefF32 for f32), which would mean a formula error
+// in tq.
+func refDistance(t *testing.T, src Source, prompt []int32, logits [][]float32, limit float64) float64 {
 	t.Helper()
 	ref, err := NewReference(src)
 	if err != nil {
@@ -160,10 +196,6 @@ func refDistance(t *testing.T, src Source, prompt []int32, logits [][]float32, f
 		for k := range ours {
 			d = max(d, math.Abs(ours[k]-exact[k]))
 		}
-	}
-	limit := tolHybridRefF32
-	if f16 {
-		limit = tolHybridRefF16
 	}
 	t.Logf("not a bit-exact host: max |p_tq − p_float64| = %.2e (limit %.0e) widens the tolerance", d, limit)
 	if d > limit {
