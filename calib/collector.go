@@ -20,9 +20,9 @@ type Collector struct {
 	// Sample, when not nil, receives the valid input rows of every MoE router (the FFN input
 	// of the layer), for the uncovered-expert fallback.
 	Sample func(layer int, x []float32, n, cols int)
-	// Gram, when not nil, accumulates the full Gram matrices of the step's inputs from the
+	// gram, when not nil, accumulates the full Gram matrices of the step's inputs from the
 	// valid rows of every non-expert weight's calls.
-	Gram *gramCollector
+	gram *gramCollector
 
 	valid  int // valid rows of the current sequence
 	err    error
@@ -88,8 +88,8 @@ func (c *Collector) Linear(name string, expert int, x []float32, n, cols int) {
 		if t := c.tensor(name, cols, 1); t != nil && v > 0 {
 			t.Add(0, x, v)
 		}
-		if c.Gram != nil && v > 0 {
-			if err := c.Gram.linear(name, x[:v*cols], v, cols); err != nil {
+		if c.gram != nil && v > 0 {
+			if err := c.gram.linear(name, x[:v*cols], v, cols); err != nil {
 				c.fail(err)
 				return
 			}

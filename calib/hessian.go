@@ -203,22 +203,39 @@ func roleOf(id string) string {
 	return id
 }
 
+// layerList names the blocks of ls (ascending; -1 is the head) with ranges: "blocks 0-3,7".
 func layerList(ls []int) string {
-	if len(ls) == 1 {
-		if ls[0] < 0 {
-			return "output head"
+	var parts []string
+	head := false
+	for i := 0; i < len(ls); {
+		if ls[i] < 0 {
+			head = true
+			i++
+			continue
 		}
-		return fmt.Sprintf("block %d", ls[0])
-	}
-	var s []string
-	for _, l := range ls {
-		if l < 0 {
-			s = append(s, "head")
+		j := i
+		for j+1 < len(ls) && ls[j+1] == ls[j]+1 {
+			j++
+		}
+		if j == i {
+			parts = append(parts, fmt.Sprint(ls[i]))
 		} else {
-			s = append(s, fmt.Sprint(l))
+			parts = append(parts, fmt.Sprintf("%d-%d", ls[i], ls[j]))
 		}
+		i = j + 1
 	}
-	return "blocks " + strings.Join(s, ",")
+	var out []string
+	if len(parts) > 0 {
+		w := "blocks "
+		if len(ls) == 1 || (len(ls) == 2 && head) {
+			w = "block "
+		}
+		out = append(out, w+strings.Join(parts, ","))
+	}
+	if head {
+		out = append(out, "output head")
+	}
+	return strings.Join(out, ", ")
 }
 
 // gramCollector accumulates the full Gram matrices of one step's inputs from the observer's

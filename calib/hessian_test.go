@@ -584,3 +584,15 @@ func FuzzHessianFile(f *testing.F) {
 		}
 	})
 }
+
+func TestLayerList(t *testing.T) {
+	for _, tc := range []struct {
+		ls   []int
+		want string
+	}{{[]int{0}, "block 0"}, {[]int{-1}, "output head"}, {[]int{0, 1, 2, 5, 7, 8}, "blocks 0-2,5,7-8"},
+		{[]int{3, -1}, "block 3, output head"}, {[]int{0, 1, -1}, "blocks 0-1, output head"}} {
+		if got := layerList(tc.ls); got != tc.want {
+			t.Errorf("%v: %q, want %q", tc.ls, got, tc.want)
+		}
+	}
+}

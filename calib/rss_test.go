@@ -52,7 +52,12 @@ func TestRSSChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Printf("RESULT hwm=%d in_ram=%d est=%d tps=%.1f\n", vmHWM(), res.HiddenInRAM, res.EstimatedBytes, res.Config.Calibration.TokensPerSecond)
+	var full, diag int
+	if h := res.Config.Calibration.Hessians; h != nil {
+		full, diag = h.FullInputs, h.DiagonalInputs
+	}
+	fmt.Printf("RESULT hwm=%d in_ram=%d est=%d tps=%.1f gram_full=%d gram_diag=%d\n", vmHWM(), res.HiddenInRAM, res.EstimatedBytes,
+		res.Config.Calibration.TokensPerSecond, full, diag)
 }
 
 // TestPeakRSSWithinBudget (opt-in: TQ_CALIB_RSS=1; it takes minutes) calibrates a generated
@@ -80,13 +85,14 @@ func TestPeakRSSWithinBudget(t *testing.T) {
 	}
 	var hwm, inRAM, est int64
 	var tps float64
+	var gramFull, gramDiag int
 	for _, line := range strings.Split(string(out), "\n") {
 		if strings.HasPrefix(line, "RESULT ") {
-			fmt.Sscanf(line, "RESULT hwm=%d in_ram=%d est=%d tps=%f", &hwm, &inRAM, &est, &tps)
+			fmt.Sscanf(line, "RESULT hwm=%d in_ram=%d est=%d tps=%f gram_full=%d gram_diag=%d", &hwm, &inRAM, &est, &tps, &gramFull, &gramDiag)
 		}
 	}
-	t.Logf("model: %d layers, hidden %d, %.0f MB on disk (bf16), %.0f MB as f32; budget %d MB; peak RSS %.1f MB; accounted %.1f MB; %d of %d sequences in RAM; %.1f tokens/s",
-		ro.Layers, ro.Hidden, float64(wb)/1e6, float64(2*wb)/1e6, budget>>20, float64(hwm)/(1<<20), float64(est)/(1<<20), inRAM, nseq, tps)
+	t.Logf("model: %d layers, hidden %d, %.0f MB on disk (bf16), %.0f MB as f32; budget %d MB; peak RSS %.1f MB; accounted %.1f MB; %d of %d sequences in RAM; %.1f tokens/s; Gram matrices: %d inputs full, %d diagonal-only",
+		ro.Layers, ro.Hidden, float64(wb)/1e6, float64(2*wb)/1e6, budget>>20, float64(hwm)/(1<<20), float64(est)/(1<<20), inRAM, nseq, tps, gramFull, gramDiag)
 	if hwm <= 0 {
 		t.Fatalf("no VmHWM from the child:\n%s", out)
 	}

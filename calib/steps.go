@@ -87,7 +87,7 @@ func (r *run) layer(il int) (*stepResult, *Stats, error) {
 	ss := NewStats()
 	col := NewCollector(ss, c.NExpert, c.NExpertUse)
 	gc := r.newGramCollector(il + 1)
-	col.Gram = gc
+	col.gram = gc
 	var sample *reservoir
 	if c.NExpert > 0 && r.opts.UncoveredSample > 0 {
 		sample = newReservoir(r.opts.UncoveredSample, c.NEmbd, uint64(il)+1)
@@ -151,7 +151,7 @@ func (r *run) layer(il int) (*stepResult, *Stats, error) {
 		if err := r.writeStepHessians(gc, names, ss); err != nil {
 			return nil, nil, err
 		}
-		col.Gram, gc = nil, nil // the accumulators are not needed by the search
+		col.gram = nil // the accumulators are not needed by the search
 	}
 	r.progress(Progress{Stage: "search", Layer: il, Elapsed: time.Since(t0)})
 	for _, d := range lw.descs {
@@ -283,7 +283,6 @@ func (r *run) head() (*stepResult, *Stats, error) {
 		if err := r.writeStepHessians(gc, []string{headName}, ss); err != nil {
 			return nil, nil, err
 		}
-		gc = nil
 	}
 	// search tensors outside the blocks (only when listed in layers_to_quantize)
 	var names []string
