@@ -88,6 +88,7 @@ type hessStep struct {
 	layer  int            // -1 for the head
 	cols   map[string]int // full-input candidates: id -> columns
 	reason map[string]int // inputs kept diagonal: id -> GramReason*
+	users  map[string]int // id -> number of weights reading it
 }
 
 // hessPlan decides, before the forward pass, which inputs get a full Gram matrix.
@@ -111,8 +112,9 @@ func (p *hessPlan) full(step int, id string) bool {
 
 // planHessians lists every step's inputs and keeps full those with at most HessianMaxCols
 // columns whose accumulators fit the memory budget besides base (the rest of the estimate):
-// in a step that does not fit, the largest inputs are dropped to diagonal-only first. The
-// inputs dropped are reported in one warning.
+// in a step that does not fit, the largest inputs are dropped to diagonal-only first, and of
+// equal widths those read by fewer weights (attn_output before the q/k/v input). The inputs
+// dropped are reported in one warning.
 func (r *run) planHessians(base int64) error {
 	o := r.opts
 	if o.NoHessians {
@@ -131,13 +133,14 @@ func (r *run) planHessians(base int64) error {
 	}
 	dropped := map[string][]int{} // role -> layers
 	for step := 1; step <= r.cfg.NLayer+1; step++ {
-		s := &hessStep{layer: step - 1, cols: map[string]int{}, reason: map[string]int{}}
+		s := &hessStep{layer: step - 1, cols: map[string]int{}, reason: map[string]int{}, users: map[string]int{}}
 		if step <= r.cfg.NLayer {
 			s.file = fmt.Sprintf("blk.%d.gram", step-1)
 			for _, d := range layerDescs(r.src, step-1) {
 				in, _, ok := gramInputOf(d.Name)
 				if ok && in != "" && len(d.Shape) >= 2 {
 					s.cols[in] = int(d.Shape[0])
+					s.users[in]++
 				}
 			}
 		} else {
@@ -154,12 +157,17 @@ func (r *run) planHessians(base int64) error {
 			}
 			ids = append(ids, id)
 		}
-		// largest first, so that dropping removes the fewest inputs
+		// the order of dropping: largest first (the fewest inputs go), then the input serving
+		// the fewest weights
 		sort.Slice(ids, func(i, j int) bool {
-			if s.cols[ids[i]] != s.cols[ids[j]] {
-				return s.cols[ids[i]] > s.cols[ids[j]]
+			a, b := ids[i], ids[j]
+			if s.cols[a] != s.cols[b] {
+				return s.cols[a] > s.cols[b]
 			}
-			return ids[i] < ids[j]
+			if s.users[a] != s.users[b] {
+				return s.users[a] < s.users[b]
+			}
+			return a < b
 		})
 		var need int64
 		for _, id := range ids {
