@@ -17,7 +17,8 @@ import (
 // pass feeds every linear layer, padding excluded, for dense, MoE and hybrid (Qwen3.5/3.6:
 // gated delta-net + attention, all experts) models. The two
 // forwards use the same kernels and batch boundaries, so the sums agree to float64 rounding
-// (relative 1e-12); the max |x| must be equal exactly.
+// (relative 1e-12); the max |x| must be equal exactly. The input Gram matrices are checked
+// against a float64 XᵀX of the same activations (checkHessians).
 func TestCalibrateMatchesFullForward(t *testing.T) {
 	for _, arch := range []string{"qwen3", "qwen3moe", "llama", "qwen35moe", "qwen35"} {
 		t.Run(arch, func(t *testing.T) {
@@ -38,13 +39,15 @@ func TestCalibrateMatchesFullForward(t *testing.T) {
 			defer m.Close()
 			cfg := m.Config()
 			nv := newNaive(cfg.NExpert)
+			gv := newGramObserver()
 			for _, s := range seqs {
 				sess, err := m.NewSession()
 				if err != nil {
 					t.Fatal(err)
 				}
-				sess.SetObserver(nv)
+				sess.SetObserver(teeObserver{nv, gv})
 				nv.start(s.Valid)
+				gv.start(s.Valid)
 				if _, err := sess.Eval(s.Tokens, infer.LogitsAll); err != nil {
 					t.Fatal(err)
 				}
@@ -87,6 +90,7 @@ func TestCalibrateMatchesFullForward(t *testing.T) {
 			if checked == 0 {
 				t.Fatal("nothing compared")
 			}
+			checkHessians(t, res, gv, nv)
 			var valid int64
 			for _, s := range seqs {
 				valid += int64(s.Valid)

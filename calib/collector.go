@@ -20,6 +20,9 @@ type Collector struct {
 	// Sample, when not nil, receives the valid input rows of every MoE router (the FFN input
 	// of the layer), for the uncovered-expert fallback.
 	Sample func(layer int, x []float32, n, cols int)
+	// gram, when not nil, accumulates the full Gram matrices of the step's inputs from the
+	// valid rows of every non-expert weight's calls.
+	gram *gramCollector
 
 	valid  int // valid rows of the current sequence
 	err    error
@@ -84,6 +87,12 @@ func (c *Collector) Linear(name string, expert int, x []float32, n, cols int) {
 		v := max(0, min(n, c.valid-off))
 		if t := c.tensor(name, cols, 1); t != nil && v > 0 {
 			t.Add(0, x, v)
+		}
+		if c.gram != nil && v > 0 {
+			if err := c.gram.linear(name, x[:v*cols], v, cols); err != nil {
+				c.fail(err)
+				return
+			}
 		}
 		if c.Sample != nil && strings.HasSuffix(name, ".ffn_gate_inp.weight") && v > 0 {
 			c.Sample(Layer(name), x[:v*cols], v, cols)

@@ -80,6 +80,30 @@ type CalibrationRecord struct {
 	Threads         int     `json:"threads"`
 	// Precision describes the forward pass ("f32 weights, f32 activations, f32 KV cache").
 	Precision string `json:"precision"`
+	// Hessians describes the input Gram matrices (absent when not collected).
+	Hessians *HessianRecord `json:"hessians,omitempty"`
+}
+
+// HessianRecord describes the input Gram matrices written beside the config (HessianDir).
+type HessianRecord struct {
+	// Dir is the directory (relative to the config) holding the index and the Gram files.
+	Dir string `json:"dir"`
+	// Tokens is the number of calibration tokens accumulated (padding excluded).
+	Tokens int64 `json:"tokens"`
+	// Files and Bytes count the Gram files and their total size.
+	Files int   `json:"files"`
+	Bytes int64 `json:"bytes"`
+	// FullInputs counts inputs with a full matrix, DiagonalInputs those kept diagonal-only
+	// (routed experts' per-expert diagonals included).
+	FullInputs     int `json:"full_inputs"`
+	DiagonalInputs int `json:"diagonal_inputs"`
+	// MaxCols is the column limit of a full matrix.
+	MaxCols int `json:"max_cols"`
+	// Run is the run id every Gram file carries.
+	Run string `json:"run"`
+	// Seconds is the time spent accumulating and writing the matrices (by this process, when
+	// resumed).
+	Seconds float64 `json:"seconds"`
 }
 
 // TurboConfig returns the policy view of c.

@@ -94,6 +94,12 @@ type Options struct {
 	NoBaseline bool
 	// NoSensitivity skips measuring the other bit width (TensorChoice.Sensitivity stays 0).
 	NoSensitivity bool
+	// NoHessians skips the input Gram matrices (HessianDir). By default every linear input
+	// of at most HessianMaxCols columns gets its full Gram matrix, as far as MemoryBudget allows.
+	NoHessians bool
+	// HessianMaxCols is the most columns of an input with a full Gram matrix (0:
+	// DefaultHessianMaxCols; at most MaxGramCols); wider inputs keep only their diagonal.
+	HessianMaxCols int
 	// SearchRows is the number of rows per matrix whose quantization is measured for the
 	// recorded figures (0: DefaultSearchRows; < 0: every row).
 	SearchRows int
@@ -137,6 +143,8 @@ type Result struct {
 	ResumedAt int `json:"resumed_at"`
 	// HiddenInRAM is the number of sequences whose hidden states were kept in RAM.
 	HiddenInRAM int `json:"hidden_in_ram"`
+	// HessianDir is the directory of the input Gram matrices ("" when not collected).
+	HessianDir string `json:"hessian_dir,omitempty"`
 	// EstimatedBytes is the memory accounted besides hidden states.
 	EstimatedBytes int64    `json:"estimated_bytes"`
 	Warnings       []string `json:"warnings,omitempty"`
@@ -186,6 +194,12 @@ func (o *Options) fill() error {
 	if o.UncoveredSample == 0 {
 		o.UncoveredSample = DefaultUncoveredSample
 	}
+	if o.HessianMaxCols == 0 {
+		o.HessianMaxCols = DefaultHessianMaxCols
+	}
+	if o.HessianMaxCols < 0 || o.HessianMaxCols > MaxGramCols {
+		return fmt.Errorf("calib: hessian column limit %d: want 1 to %d", o.HessianMaxCols, MaxGramCols)
+	}
 	if o.Import != nil {
 		if len(o.Sequences) > 0 {
 			return errors.New("calib: calibration sequences and imported statistics are exclusive")
@@ -226,6 +240,7 @@ type run struct {
 	warnings []string
 	fwdTime  time.Duration
 	hash     string
+	hess     *hessPlan // nil: no Gram matrices
 }
 
 func (r *run) warn(format string, a ...any) {
@@ -337,6 +352,14 @@ func Calibrate(ctx context.Context, modelDir string, opts Options) (*Result, err
 			return nil, fmt.Errorf("calib: memory budget of %s is below what one block needs (%s: its weights in f32, buffers and runtime)",
 				fmtBytes(opts.MemoryBudget), fmtBytes(est))
 		}
+	}
+	if err := r.planHessians(est); err != nil {
+		return nil, err
+	}
+	if r.hess != nil {
+		est += r.hess.bytes
+	}
+	if opts.MemoryBudget > 0 {
 		ram = opts.MemoryBudget - est
 		// The Go runtime's soft limit covers the memory it manages; leave room for what it does
 		// not (the binary's mapped text and data, C allocations).
@@ -464,6 +487,7 @@ func (r *run) fingerprint(modelDir string) string {
 	o := r.opts
 	fmt.Fprintf(h, "%s\n%s %d %v %s %q %q %d\n", r.hash, o.WeightDType, o.GroupSize, !o.Asymmetric,
 		o.Method, o.LayersToQuantize, o.SkipLayers, o.UncoveredSample)
+	fmt.Fprintf(h, "hessians %v %d\n", !o.NoHessians, o.HessianMaxCols)
 	return hex.EncodeToString(h.Sum(nil))
 }
 
@@ -564,6 +588,13 @@ func (r *run) finish(res *Result, start time.Time) error {
 	rec := &CalibrationRecord{Prompts: len(o.Sequences), Tokens: tokens, PaddedTokens: padded, PadMultiple: o.PadMultiple,
 		UncoveredExperts: uncovered, TokensPerSecond: tps, Threads: r.runner.Threads(),
 		Precision: "f32 weights (upcast), f32 activations, f32 KV cache"}
+	if r.hess != nil {
+		var err error
+		if rec.Hessians, err = r.finishHessians(tokens); err != nil {
+			return err
+		}
+		res.HessianDir = r.hess.dir
+	}
 	return r.writeOutputs(res, all, choices, rec, chunk, start)
 }
 

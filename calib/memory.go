@@ -42,6 +42,12 @@ func (r *run) estimate() int64 {
 	return wmax + 4*floats + stats + runtimeBase + metadataBytes(r.md)
 }
 
+// gramWriteBytes is the memory of writing a Gram file (chunk buffers and the zstd encoder),
+// accounted once when any input gets a full Gram matrix. The accumulators themselves
+// (gramAccBytes per full input of the largest step) are added by planHessians, which keeps
+// them within the budget left by estimate.
+const gramWriteBytes = 32 << 20
+
 func (r *run) threadCount() int {
 	if r.opts.Threads > 0 {
 		return r.opts.Threads

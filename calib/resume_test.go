@@ -65,6 +65,9 @@ func TestResumeAndSpill(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(out, ConfigFile)); err == nil {
 		t.Fatal("an interrupted run wrote quantize_config.json")
 	}
+	if _, err := os.Stat(filepath.Join(out, HessianDir, HessianIndexFile)); err == nil {
+		t.Fatal("an interrupted run wrote the Gram index")
+	}
 
 	// a different calibration set must not silently reuse the checkpoint
 	other := base
@@ -83,6 +86,7 @@ func TestResumeAndSpill(t *testing.T) {
 		t.Errorf("resumed at step %d, want 2", res.ResumedAt)
 	}
 	statsEqual(t, "resumed", ref.Stats, res.Stats)
+	hessiansEqual(t, "resumed", ref.HessianDir, res.HessianDir)
 	if !reflect.DeepEqual(ref.Config.Tensors, res.Config.Tensors) {
 		t.Error("resumed run chose differently")
 	}
@@ -102,6 +106,7 @@ func TestResumeAndSpill(t *testing.T) {
 		t.Errorf("%d of %d sequences kept in RAM, want some spilled", res2.HiddenInRAM, len(seqs))
 	}
 	statsEqual(t, "spilled", ref.Stats, res2.Stats)
+	hessiansEqual(t, "spilled", ref.HessianDir, res2.HessianDir)
 
 	// a budget below one block's needs is refused with a clear message
 	sp.MemoryBudget = ref.EstimatedBytes / 2

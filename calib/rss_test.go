@@ -52,19 +52,26 @@ func TestRSSChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Printf("RESULT hwm=%d in_ram=%d est=%d tps=%.1f\n", vmHWM(), res.HiddenInRAM, res.EstimatedBytes, res.Config.Calibration.TokensPerSecond)
+	var full, diag int
+	if h := res.Config.Calibration.Hessians; h != nil {
+		full, diag = h.FullInputs, h.DiagonalInputs
+	}
+	fmt.Printf("RESULT hwm=%d in_ram=%d est=%d tps=%.1f gram_full=%d gram_diag=%d\n", vmHWM(), res.HiddenInRAM, res.EstimatedBytes,
+		res.Config.Calibration.TokensPerSecond, full, diag)
 }
 
 // TestPeakRSSWithinBudget (opt-in: TQ_CALIB_RSS=1; it takes minutes) calibrates a generated
 // model whose f32 weights are about 4x the memory budget in a child process and checks the
-// child's peak RSS (VmHWM) stays within the budget, hidden states partly spilled to disk.
+// child's peak RSS (VmHWM) stays within the budget, hidden states partly spilled to disk. At
+// 160 MiB no input Gram matrix fits beside the rest (all fall back to diagonal-only); at
+// 208 MiB some do, and the peak must still stay within the budget.
 func TestPeakRSSWithinBudget(t *testing.T) {
 	if os.Getenv("TQ_CALIB_RSS") != "1" {
 		t.Skip("opt-in: set TQ_CALIB_RSS=1 (generates a ~0.5 GB model and runs for minutes)")
 	}
-	const budget = 160 << 20
+	const small = 160 << 20
 	o := fixtures.Preset("qwen3")
-	o.TargetBytes = 4 * budget / 2 // BF16 on disk: f32 in memory is twice that, ~4x the budget
+	o.TargetBytes = 4 * small / 2 // BF16 on disk: f32 in memory is twice that, ~4x the budget
 	dir := genModel(t, o)
 	ro, err := fixtures.Resolve(o)
 	if err != nil {
@@ -72,31 +79,38 @@ func TestPeakRSSWithinBudget(t *testing.T) {
 	}
 	wb, _ := fixtures.WeightBytes(o)
 	const nseq, seqLen = 24, 128
-	cmd := exec.Command(os.Args[0], "-test.run=^TestRSSChild$", "-test.v")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("TQ_CALIB_RSS_CHILD=%s|%d|%d|%d|%d", dir, budget, nseq, seqLen, vocabOf(t, dir)))
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("child: %v\n%s", err, out)
-	}
-	var hwm, inRAM, est int64
-	var tps float64
-	for _, line := range strings.Split(string(out), "\n") {
-		if strings.HasPrefix(line, "RESULT ") {
-			fmt.Sscanf(line, "RESULT hwm=%d in_ram=%d est=%d tps=%f", &hwm, &inRAM, &est, &tps)
+	for _, budget := range []int64{small, 208 << 20} {
+		os.RemoveAll(filepath.Join(filepath.Dir(dir), "out"))
+		cmd := exec.Command(os.Args[0], "-test.run=^TestRSSChild$", "-test.v")
+		cmd.Env = append(os.Environ(), fmt.Sprintf("TQ_CALIB_RSS_CHILD=%s|%d|%d|%d|%d", dir, budget, nseq, seqLen, vocabOf(t, dir)))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("child: %v\n%s", err, out)
 		}
-	}
-	t.Logf("model: %d layers, hidden %d, %.0f MB on disk (bf16), %.0f MB as f32; budget %d MB; peak RSS %.1f MB; accounted %.1f MB; %d of %d sequences in RAM; %.1f tokens/s",
-		ro.Layers, ro.Hidden, float64(wb)/1e6, float64(2*wb)/1e6, budget>>20, float64(hwm)/(1<<20), float64(est)/(1<<20), inRAM, nseq, tps)
-	if hwm <= 0 {
-		t.Fatalf("no VmHWM from the child:\n%s", out)
-	}
-	if hwm > budget {
-		t.Errorf("peak RSS %d exceeds the budget %d", hwm, budget)
-	}
-	if 2*wb < 3*budget {
-		t.Errorf("model f32 size %d is not several times the budget %d", 2*wb, budget)
-	}
-	if inRAM >= nseq {
-		t.Errorf("no hidden states were spilled")
+		var hwm, inRAM, est int64
+		var tps float64
+		var gramFull, gramDiag int
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(line, "RESULT ") {
+				fmt.Sscanf(line, "RESULT hwm=%d in_ram=%d est=%d tps=%f gram_full=%d gram_diag=%d", &hwm, &inRAM, &est, &tps, &gramFull, &gramDiag)
+			}
+		}
+		t.Logf("model: %d layers, hidden %d, %.0f MB on disk (bf16), %.0f MB as f32; budget %d MiB; peak RSS %.1f MiB; accounted %.1f MiB; %d of %d sequences in RAM; %.1f tokens/s; Gram matrices: %d inputs full, %d diagonal-only",
+			ro.Layers, ro.Hidden, float64(wb)/1e6, float64(2*wb)/1e6, budget>>20, float64(hwm)/(1<<20), float64(est)/(1<<20), inRAM, nseq, tps, gramFull, gramDiag)
+		if hwm <= 0 {
+			t.Fatalf("no VmHWM from the child:\n%s", out)
+		}
+		if hwm > budget {
+			t.Errorf("peak RSS %d exceeds the budget %d", hwm, budget)
+		}
+		if 2*wb < 3*budget {
+			t.Errorf("model f32 size %d is not several times the budget %d", 2*wb, budget)
+		}
+		if inRAM >= nseq {
+			t.Errorf("no hidden states were spilled")
+		}
+		if budget > small && gramFull == 0 {
+			t.Errorf("budget %d: no input got its Gram matrix", budget)
+		}
 	}
 }

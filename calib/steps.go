@@ -86,6 +86,8 @@ func (r *run) layer(il int) (*stepResult, *Stats, error) {
 	}
 	ss := NewStats()
 	col := NewCollector(ss, c.NExpert, c.NExpertUse)
+	gc := r.newGramCollector(il + 1)
+	col.gram = gc
 	var sample *reservoir
 	if c.NExpert > 0 && r.opts.UncoveredSample > 0 {
 		sample = newReservoir(r.opts.UncoveredSample, c.NEmbd, uint64(il)+1)
@@ -141,6 +143,16 @@ func (r *run) layer(il int) (*stepResult, *Stats, error) {
 		}
 	}
 	sample = nil
+	if gc != nil {
+		names := make([]string, len(lw.descs))
+		for i, d := range lw.descs {
+			names[i] = d.Name
+		}
+		if err := r.writeStepHessians(gc, names, ss); err != nil {
+			return nil, nil, err
+		}
+		col.gram = nil // the accumulators are not needed by the search
+	}
 	r.progress(Progress{Stage: "search", Layer: il, Elapsed: time.Since(t0)})
 	for _, d := range lw.descs {
 		if !r.searched(d.Name) {
@@ -247,6 +259,7 @@ func (r *run) head() (*stepResult, *Stats, error) {
 	ss.Tensors[headName] = ts
 	row := make([]float32, E)
 	eps := float32(c.RMSEps)
+	gc := r.newGramCollector(c.NLayer + 1)
 	for i, s := range r.opts.Sequences {
 		if err := r.ctx.Err(); err != nil {
 			return nil, nil, err
@@ -258,8 +271,18 @@ func (r *run) head() (*stepResult, *Stats, error) {
 		for t := 0; t < s.Valid; t++ {
 			rmsNorm(row, x[t*E:(t+1)*E], norm, eps)
 			ts.AddRow(0, row)
+			if gc != nil {
+				if err := gc.linear(headName, row, 1, E); err != nil {
+					return nil, nil, err
+				}
+			}
 		}
 		r.progress(Progress{Stage: "head", Layer: c.NLayer, Seq: i + 1, NSeq: len(r.opts.Sequences), Elapsed: time.Since(t0)})
+	}
+	if gc != nil {
+		if err := r.writeStepHessians(gc, []string{headName}, ss); err != nil {
+			return nil, nil, err
+		}
 	}
 	// search tensors outside the blocks (only when listed in layers_to_quantize)
 	var names []string

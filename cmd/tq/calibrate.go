@@ -27,6 +27,8 @@ type calibrateFlags struct {
 	datasets, layers, skip                                           []string
 	groupSize, threads, maxLen, padMultiple, uncovered, searchRows   int
 	symmetric, restart, keepCkpt, json, noBaseline                   bool
+	hessians, noHessians                                             bool
+	hessianMaxCols                                                   int
 }
 
 func init() {
@@ -49,6 +51,8 @@ Outputs in the output directory (default: MODEL_DIR, where tq convert --use-turb
   imatrix.gguf               the statistics as a llama.cpp importance matrix
   calibration.tqstats.zst    the full statistics (docs/calibration.md)
   routing.json               MoE routing histogram and expert coverage
+  hessians/                  the input Gram matrices E[x xᵀ] of every linear layer (GPTQ-style
+                             quantization); --no-hessians skips them
 
 Calibration set (default: the built-in 32 prompts: tool calls, long documents, math), rendered
 through the model's own chat template with special tokens parsed as special and padded to
@@ -83,6 +87,9 @@ An interrupted run resumes from its last finished block (checkpoint in OUT/.tq-c
 	fl.IntVar(&f.uncovered, "uncovered-sample", calib.DefaultUncoveredSample, "MoE: tokens per layer run through never-routed experts (negative: off)")
 	fl.IntVar(&f.searchRows, "search-rows", calib.DefaultSearchRows, "rows per tensor measured for the recorded errors (negative: all)")
 	fl.BoolVar(&f.noBaseline, "no-baseline", false, "skip measuring the unweighted search for comparison")
+	fl.BoolVar(&f.hessians, "hessians", true, "write the input Gram matrices of every linear layer to OUT/hessians (full up to --hessian-max-cols columns)")
+	fl.BoolVar(&f.noHessians, "no-hessians", false, "do not collect the input Gram matrices (same as --hessians=false)")
+	fl.IntVar(&f.hessianMaxCols, "hessian-max-cols", calib.DefaultHessianMaxCols, "inputs wider than this keep only their diagonal in hessians/")
 	fl.StringVar(&f.exportIM, "export-imatrix", "", "also write the statistics as a llama.cpp imatrix (.gguf, or .dat for the legacy format)")
 	fl.StringVar(&f.importIM, "import-imatrix", "", "use a llama.cpp imatrix (.gguf or .dat) instead of running the model")
 	fl.BoolVar(&f.restart, "restart", false, "discard any checkpoint and start over (default: resume an unfinished run with the same inputs)")
@@ -99,11 +106,18 @@ func runCalibrate(cmd *cobra.Command, dir string, f *calibrateFlags) error {
 		}
 		return fmt.Errorf("--calibration-method %q: only mse is supported", f.method)
 	}
+	if f.noHessians && cmd.Flags().Changed("hessians") && f.hessians {
+		return fmt.Errorf("--hessians and --no-hessians are exclusive")
+	}
+	if f.hessianMaxCols <= 0 || f.hessianMaxCols > calib.MaxGramCols {
+		return fmt.Errorf("--hessian-max-cols %d: want 1 to %d", f.hessianMaxCols, calib.MaxGramCols)
+	}
 	opts := calib.Options{
 		OutDir: f.out, WeightDType: f.weightDType, GroupSize: f.groupSize, Asymmetric: !f.symmetric,
 		KVCacheDType: f.kvDType, Method: f.method, LayersToQuantize: f.layers, SkipLayers: f.skip,
 		Threads: f.threads, Restart: f.restart, KeepCheckpoint: f.keepCkpt, UncoveredSample: f.uncovered,
 		SearchRows: f.searchRows, NoBaseline: f.noBaseline, PadMultiple: f.padMultiple, Version: tqVersion(),
+		NoHessians: f.noHessians || !f.hessians, HessianMaxCols: f.hessianMaxCols,
 		Warn: func(msg string) { fmt.Fprintln(stderr, "warning:", msg) },
 	}
 	if f.uncovered == 0 {
@@ -331,6 +345,10 @@ func printCalibration(w io.Writer, res *calib.Result, exported string) error {
 	}
 	if exported != "" {
 		fmt.Fprintf(w, "wrote %s\n", exported)
+	}
+	if h := rec.Hessians; h != nil && res.HessianDir != "" {
+		fmt.Fprintf(w, "wrote %s (%d Gram files, %s: %d inputs full, %d diagonal-only)\n", res.HessianDir, h.Files,
+			fmtBytes(h.Bytes), h.FullInputs, h.DiagonalInputs)
 	}
 	fmt.Fprintf(w, "%s: %d prompts, %d tokens (%d with padding), %.1fs, %.0f tok/s through the model, %d threads\n",
 		rec.Arch, rec.Prompts, rec.Tokens, rec.PaddedTokens, rec.Seconds, rec.TokensPerSecond, rec.Threads)

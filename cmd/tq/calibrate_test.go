@@ -53,6 +53,24 @@ func TestCalibrateCommand(t *testing.T) {
 	if _, err := calib.LoadIMatrix(dat, nil); err != nil {
 		t.Errorf("exported .dat: %v", err)
 	}
+	// the input Gram matrices are on by default and recorded
+	hs, err := calib.OpenHessians(filepath.Join(out, calib.HessianDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := res.Config.Calibration.Hessians; h == nil || h.Bytes != hs.Bytes || h.Files != 2 || h.Tokens != res.Config.Calibration.Tokens {
+		t.Errorf("hessians record %+v (set: %d bytes)", h, hs.Bytes)
+	}
+	if _, ok, err := hs.For("blk.0.attn_q.weight", -1); !ok || err != nil {
+		t.Errorf("H of blk.0.attn_q.weight: %v %v", ok, err)
+	}
+	rootCmd.SetArgs([]string{"calibrate", dir, "-o", out, "--hessians", "--no-hessians"})
+	if err := rootCmd.Execute(); err == nil || !strings.Contains(err.Error(), "exclusive") {
+		t.Errorf("--hessians --no-hessians: %v", err)
+	}
+	if c, _, err := rootCmd.Find([]string{"calibrate"}); err == nil {
+		c.Flags().Set("no-hessians", "false")
+	}
 	rootCmd.SetArgs([]string{"calibrate", dir, "-o", out, "--calibration-method", "kl"})
 	if err := rootCmd.Execute(); err == nil || !strings.Contains(err.Error(), "weighted MSE") {
 		t.Errorf("--calibration-method kl: %v", err)

@@ -1,0 +1,452 @@
+package calib
+
+import (
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// HessianDir is the directory, inside the output directory, that receives the input Gram
+// matrices: one file per block (blk.N.gram), output.gram for the LM head's input, and
+// HessianIndexFile listing them.
+const HessianDir = "hessians"
+
+// HessianIndexFile lists the Gram files of one calibration; it is written last.
+const HessianIndexFile = "index.json"
+
+// DefaultHessianMaxCols is the most columns an input may have to get a full Gram matrix.
+const DefaultHessianMaxCols = 16384
+
+// gramRole says which input a linear weight reads, by the role part of its GGUF name
+// ("blk.N.<role>.weight"): input is the input whose full Gram matrix serves the weight ("" for
+// none), experts the per-expert diagonals of a stacked expert tensor ("" for none).
+type gramRole struct{ input, experts string }
+
+// gramRoles are the linear weights infer feeds through the observer, grouped by the
+// activation they multiply (infer/arch*.go): q/k/v (and the Gated DeltaNet projections) read
+// the attention-norm output, the router, dense/shared gate/up and the routed experts' gate/up
+// the FFN-norm output; the other projections read their own intermediate.
+var gramRoles = map[string]gramRole{
+	"attn_q":         {"attn_in", ""},
+	"attn_k":         {"attn_in", ""},
+	"attn_v":         {"attn_in", ""},
+	"attn_qkv":       {"attn_in", ""},
+	"attn_gate":      {"attn_in", ""},
+	"ssm_beta":       {"attn_in", ""},
+	"ssm_alpha":      {"attn_in", ""},
+	"attn_output":    {"attn_output_in", ""},
+	"ssm_out":        {"ssm_out_in", ""},
+	"ffn_gate_inp":   {"ffn_in", ""},
+	"ffn_gate":       {"ffn_in", ""},
+	"ffn_up":         {"ffn_in", ""},
+	"ffn_gate_shexp": {"ffn_in", ""},
+	"ffn_up_shexp":   {"ffn_in", ""},
+	"ffn_gate_exps":  {"ffn_in", "ffn_in.experts"},
+	"ffn_up_exps":    {"ffn_in", "ffn_in.experts"},
+	"ffn_down":       {"ffn_down_in", ""},
+	"ffn_down_shexp": {"ffn_down_shexp_in", ""},
+	"ffn_down_exps":  {"", "ffn_down_exps_in.experts"},
+}
+
+// headInput is the input id of the LM head (output.weight, or token_embd.weight when tied).
+const headInput = "output_in"
+
+// gramInputOf returns the input ids of a block weight ("blk.3.attn_k.weight" ->
+// "blk.3.attn_in", ""), or ok=false for weights the observer does not feed.
+func gramInputOf(name string) (input, experts string, ok bool) {
+	il := Layer(name)
+	if il < 0 {
+		return "", "", false
+	}
+	p := layerPrefix(il)
+	role, found := strings.CutSuffix(strings.TrimPrefix(name, p), ".weight")
+	if !found {
+		return "", "", false
+	}
+	r, ok := gramRoles[role]
+	if !ok {
+		return "", "", false
+	}
+	if r.input != "" {
+		input = p + r.input
+	}
+	if r.experts != "" {
+		experts = p + r.experts
+	}
+	return input, experts, true
+}
+
+// hessStep is the plan of one step's full inputs.
+type hessStep struct {
+	file   string         // file name in HessianDir
+	layer  int            // -1 for the head
+	cols   map[string]int // full-input candidates: id -> columns
+	reason map[string]int // inputs kept diagonal: id -> GramReason*
+	users  map[string]int // id -> number of weights reading it
+}
+
+// hessPlan decides, before the forward pass, which inputs get a full Gram matrix.
+type hessPlan struct {
+	dir   string
+	run   [32]byte
+	steps map[int]*hessStep // by step (1..n_layer: blocks, n_layer+1: head)
+	bytes int64             // the largest step's accumulator memory
+	// spent is the time this process spent accumulating and writing Gram matrices.
+	spent time.Duration
+}
+
+func (p *hessPlan) full(step int, id string) bool {
+	s := p.steps[step]
+	if s == nil {
+		return false
+	}
+	_, ok := s.cols[id]
+	return ok && s.reason[id] == GramReasonNone
+}
+
+// planHessians lists every step's inputs and keeps full those with at most HessianMaxCols
+// columns whose accumulators fit the memory budget besides base (the rest of the estimate):
+// in a step that does not fit, the largest inputs are dropped to diagonal-only first, and of
+// equal widths those read by fewer weights (attn_output before the q/k/v input). The inputs
+// dropped are reported in one warning.
+func (r *run) planHessians(base int64) error {
+	o := r.opts
+	if o.NoHessians {
+		return nil
+	}
+	maxCols := o.HessianMaxCols // set and checked by fill
+	fp, err := hex.DecodeString(r.fingerprint(r.modelDir))
+	if err != nil || len(fp) != 32 {
+		return fmt.Errorf("calib: run id: %v", err)
+	}
+	p := &hessPlan{dir: filepath.Join(o.OutDir, HessianDir), run: [32]byte(fp), steps: map[int]*hessStep{}}
+	threads := r.threadCount()
+	allow := int64(-1)
+	if o.MemoryBudget > 0 {
+		allow = max(0, o.MemoryBudget-base-gramWriteBytes)
+	}
+	dropped := map[string][]int{} // role -> layers
+	for step := 1; step <= r.cfg.NLayer+1; step++ {
+		s := &hessStep{layer: step - 1, cols: map[string]int{}, reason: map[string]int{}, users: map[string]int{}}
+		if step <= r.cfg.NLayer {
+			s.file = fmt.Sprintf("blk.%d.gram", step-1)
+			for _, d := range layerDescs(r.src, step-1) {
+				in, _, ok := gramInputOf(d.Name)
+				if ok && in != "" && len(d.Shape) >= 2 {
+					s.cols[in] = int(d.Shape[0])
+					s.users[in]++
+				}
+			}
+		} else {
+			s.file, s.layer = "output.gram", -1
+			s.cols[headInput] = r.cfg.NEmbd
+		}
+		ids := make([]string, 0, len(s.cols))
+		for id, c := range s.cols {
+			if c > maxCols {
+				s.reason[id] = GramReasonCols
+				k := fmt.Sprintf("more than %d columns: %s", maxCols, roleOf(id))
+				dropped[k] = append(dropped[k], s.layer)
+				continue
+			}
+			ids = append(ids, id)
+		}
+		// the order of dropping: largest first (the fewest inputs go), then the input serving
+		// the fewest weights
+		sort.Slice(ids, func(i, j int) bool {
+			a, b := ids[i], ids[j]
+			if s.cols[a] != s.cols[b] {
+				return s.cols[a] > s.cols[b]
+			}
+			if s.users[a] != s.users[b] {
+				return s.users[a] < s.users[b]
+			}
+			return a < b
+		})
+		var need int64
+		for _, id := range ids {
+			need += gramAccBytes(s.cols[id], threads)
+		}
+		for _, id := range ids {
+			if allow < 0 || need <= allow {
+				break
+			}
+			need -= gramAccBytes(s.cols[id], threads)
+			s.reason[id] = GramReasonBudget
+			k := "memory budget: " + roleOf(id)
+			dropped[k] = append(dropped[k], s.layer)
+		}
+		p.bytes = max(p.bytes, need)
+		p.steps[step] = s
+	}
+	if p.bytes > 0 {
+		p.bytes += gramWriteBytes
+	}
+	if len(dropped) > 0 {
+		var parts []string
+		for k, ls := range dropped {
+			parts = append(parts, fmt.Sprintf("%s (%s)", k, layerList(ls)))
+		}
+		sort.Strings(parts)
+		r.warn("input Gram matrices kept diagonal-only: %s", strings.Join(parts, "; "))
+	}
+	if err := os.MkdirAll(p.dir, 0o755); err != nil {
+		return fmt.Errorf("calib: %w", err)
+	}
+	r.hess = p
+	return nil
+}
+
+// roleOf strips the block prefix of an input id.
+func roleOf(id string) string {
+	if il := Layer(id); il >= 0 {
+		return strings.TrimPrefix(id, layerPrefix(il))
+	}
+	return id
+}
+
+// layerList names the blocks of ls (ascending; -1 is the head) with ranges: "blocks 0-3,7".
+func layerList(ls []int) string {
+	var parts []string
+	head := false
+	for i := 0; i < len(ls); {
+		if ls[i] < 0 {
+			head = true
+			i++
+			continue
+		}
+		j := i
+		for j+1 < len(ls) && ls[j+1] == ls[j]+1 {
+			j++
+		}
+		if j == i {
+			parts = append(parts, fmt.Sprint(ls[i]))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", ls[i], ls[j]))
+		}
+		i = j + 1
+	}
+	var out []string
+	if len(parts) > 0 {
+		w := "blocks "
+		if len(ls) == 1 || (len(ls) == 2 && head) {
+			w = "block "
+		}
+		out = append(out, w+strings.Join(parts, ","))
+	}
+	if head {
+		out = append(out, "output head")
+	}
+	return strings.Join(out, ", ")
+}
+
+// gramCollector accumulates the full Gram matrices of one step's inputs from the observer's
+// calls: each input is accumulated once, from the calls of the first weight seen reading it
+// (q, k and v see the same rows; so do the router, gate and up).
+type gramCollector struct {
+	plan    *hessPlan
+	step    int
+	threads int
+	acc     map[string]*gramAcc
+	owner   map[string]string // input id -> the weight whose calls are accumulated
+	cols    map[string]int    // input id -> columns seen
+}
+
+func (r *run) newGramCollector(step int) *gramCollector {
+	if r.hess == nil {
+		return nil
+	}
+	return &gramCollector{plan: r.hess, step: step, threads: r.threadCount(), acc: map[string]*gramAcc{},
+		owner: map[string]string{}, cols: map[string]int{}}
+}
+
+// linear accumulates the n valid rows x of a non-expert weight's input.
+func (g *gramCollector) linear(name string, x []float32, n, cols int) error {
+	id, _, ok := gramInputOf(name)
+	if g.plan.steps[g.step].layer < 0 { // the head step
+		id, ok = headInput, true
+	}
+	if !ok || id == "" {
+		return nil
+	}
+	if c, seen := g.cols[id]; seen && c != cols {
+		return fmt.Errorf("calib: %s: input %s of %d columns, %s fed it %d", name, id, cols, g.owner[id], c)
+	}
+	g.cols[id] = cols
+	if o, seen := g.owner[id]; seen && o != name {
+		return nil
+	}
+	g.owner[id] = name
+	if !g.plan.full(g.step, id) {
+		return nil
+	}
+	a := g.acc[id]
+	if a == nil {
+		a = newGramAcc(cols, g.threads)
+		g.acc[id] = a
+	}
+	t0 := time.Now()
+	err := a.add(x, n)
+	g.plan.spent += time.Since(t0)
+	return err
+}
+
+// gramFile assembles the step's Gram file from the accumulators and the step's statistics
+// (the diagonals of inputs kept diagonal-only and of routed experts).
+func (g *gramCollector) gramFile(names []string, ss *Stats) *gramFileData {
+	s := g.plan.steps[g.step]
+	f := &gramFileData{layer: s.layer, run: g.plan.run}
+	index := map[string]int{}
+	addInput := func(in *gramInput) int {
+		index[in.id] = len(f.inputs)
+		f.inputs = append(f.inputs, in)
+		return len(f.inputs) - 1
+	}
+	// the diagonal of a weight's input from its statistics (matrix-major Σx²)
+	diagOf := func(id string, ts *TensorStats, reason int) *gramInput {
+		sum := ts.SumSq
+		return &gramInput{id: id, kind: GramDiagonal, reason: reason, cols: ts.Cols, counts: slices.Clone(ts.Counts),
+			nvals: len(sum), values: func(i0, i1 int, dst []float32) {
+				for i := i0; i < i1; i++ {
+					dst[i-i0] = float32(sum[i])
+				}
+			}}
+	}
+	ref := func(id, name string, experts bool) int {
+		if id == "" {
+			return -1
+		}
+		if i, ok := index[id]; ok {
+			return i
+		}
+		if experts {
+			ts := ss.Tensors[name]
+			if ts == nil || ts.NMat < 1 {
+				return -1
+			}
+			return addInput(diagOf(id, ts, GramReasonExperts))
+		}
+		if a := g.acc[id]; a != nil && a.rows > 0 {
+			packed := a.g
+			return addInput(&gramInput{id: id, kind: GramFull, cols: a.cols, counts: []int64{a.rows},
+				nvals: len(packed), values: func(i0, i1 int, dst []float32) {
+					for i := i0; i < i1; i++ {
+						dst[i-i0] = float32(packed[i])
+					}
+				}})
+		}
+		reason, planned := s.reason[id]
+		if !planned || reason == GramReasonNone {
+			return -1 // never fed
+		}
+		// diagonal only: the statistics of the weight whose calls were accumulated
+		owner := g.owner[id]
+		if owner == "" {
+			owner = name
+		}
+		ts := ss.Tensors[owner]
+		if ts == nil || ts.NMat != 1 {
+			return -1
+		}
+		return addInput(diagOf(id, ts, reason))
+	}
+	sorted := slices.Clone(names)
+	sort.Strings(sorted)
+	for _, name := range sorted {
+		in, ex, ok := gramInputOf(name)
+		if s.layer < 0 {
+			in, ex, ok = headInput, "", true
+		}
+		if !ok {
+			continue
+		}
+		w := gramWeight{name: name, input: ref(in, name, false), experts: ref(ex, name, true)}
+		if w.input >= 0 || w.experts >= 0 {
+			f.weights = append(f.weights, w)
+		}
+	}
+	return f
+}
+
+// writeStepHessians writes the Gram file of a finished step.
+func (r *run) writeStepHessians(g *gramCollector, names []string, ss *Stats) error {
+	t0 := time.Now()
+	defer func() { g.plan.spent += time.Since(t0) }()
+	for _, a := range g.acc {
+		if err := a.flush(); err != nil {
+			return err
+		}
+	}
+	f := g.gramFile(names, ss)
+	return saveHessianFile(filepath.Join(g.plan.dir, g.plan.steps[g.step].file), f)
+}
+
+// finishHessians checks that every step's Gram file is there and belongs to this run (steps
+// of an earlier, interrupted process included), writes the index last, removes Gram files a
+// previous calibration left in the directory, and returns the record.
+func (r *run) finishHessians(tokens int64) (*HessianRecord, error) {
+	p := r.hess
+	idx := hessianIndex{Format: HessianIndexFormat, Version: GramVersion, Run: hex.EncodeToString(p.run[:]),
+		CalibrationHash: r.hash, Tokens: tokens}
+	rec := &HessianRecord{Dir: HessianDir, Tokens: tokens, MaxCols: r.opts.HessianMaxCols,
+		Run: idx.Run}
+	keep := map[string]bool{}
+	for step := 1; step <= len(p.steps); step++ {
+		s := p.steps[step]
+		path := filepath.Join(p.dir, s.file)
+		ix, err := openGramIndex(path)
+		if err != nil {
+			return nil, fmt.Errorf("%w (rerun with --restart to recompute it)", err)
+		}
+		if ix.run != p.run || ix.layer != s.layer {
+			return nil, fmt.Errorf("calib: Gram file %s belongs to another calibration (rerun with --restart to recompute it)", path)
+		}
+		for _, in := range ix.inputs {
+			if in.kind == GramFull {
+				rec.FullInputs++
+			} else {
+				rec.DiagonalInputs++
+			}
+		}
+		idx.Files = append(idx.Files, hessianIndexFile{Name: s.file, Layer: s.layer, Bytes: ix.size})
+		idx.Bytes += ix.size
+		keep[s.file] = true
+	}
+	if err := saveJSON(filepath.Join(p.dir, HessianIndexFile), idx); err != nil {
+		return nil, fmt.Errorf("calib: %w", err)
+	}
+	removeStaleGrams(p.dir, keep)
+	rec.Files, rec.Bytes, rec.Seconds = len(idx.Files), idx.Bytes, p.spent.Seconds()
+	return rec, nil
+}
+
+// removeStaleGrams deletes the Gram files of an earlier calibration in dir: regular files
+// named like ours, not in keep, that start with GramMagic. Nothing else is touched.
+func removeStaleGrams(dir string, keep map[string]bool) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if keep[e.Name()] || !e.Type().IsRegular() || !gramFileName.MatchString(e.Name()) {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		f, _, err := openHessianFile(path)
+		if err != nil {
+			continue
+		}
+		var m [len(GramMagic)]byte
+		_, err = io.ReadFull(f, m[:])
+		f.Close()
+		if err == nil && string(m[:]) == GramMagic {
+			os.Remove(path)
+		}
+	}
+}

@@ -1,0 +1,158 @@
+package calib
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/tq-project/tq/quant/kernels"
+)
+
+// gramTile is the side of the square blocks of G computed by one float32 GEMM call.
+const gramTile = 256
+
+// gramChunkRows is the most rows whose products are summed in float32 before being added to
+// the float64 accumulator (see gramAcc).
+const gramChunkRows = 512
+
+// gramAcc accumulates the Gram matrix G = Σ_t x_t x_tᵀ of one linear input: the upper triangle,
+// packed row by row in float64 (row i holds columns i..cols-1), so it takes 4·cols·(cols+1)
+// bytes.
+//
+// Rows are buffered (transposed) until gramChunkRows have arrived; then the chunk's
+// contribution XᵀX is computed by the float32 GEMM of quant/kernels (AVX2/AVX-512 assembly)
+// in square tiles of the upper triangle, spread over the threads, and each tile is added to the
+// float64 accumulator. An entry of a chunk is therefore a float32 sum of at most 512 products:
+// its rounding error is below 512·2⁻²⁴·Σ|x_i x_j| ≈ 3·10⁻⁵ of the chunk's Σ|x_i x_j| in the
+// worst case (about √512·2⁻²⁴ ≈ 1.4·10⁻⁶ typically), and the float64 sum over chunks adds
+// nothing visible. The stored file rounds to float32 anyway (relative 6·10⁻⁸).
+type gramAcc struct {
+	cols    int
+	threads int
+	rows    int64 // rows added (pending included)
+	g       []float64
+	xt      []float32 // pending rows, transposed: column i of row r at xt[i*gramChunkRows+r]
+	pending int
+	tile    [][]float32 // per worker: one gramTile² block
+}
+
+func newGramAcc(cols, threads int) *gramAcc {
+	return &gramAcc{cols: cols, threads: max(threads, 1), g: make([]float64, packedLen(cols)),
+		xt: make([]float32, cols*gramChunkRows)}
+}
+
+// packedLen is the number of entries of the packed upper triangle of an n×n matrix.
+func packedLen(n int) int { return n * (n + 1) / 2 }
+
+// packedRow is the offset of row i (its diagonal entry) in the packed upper triangle.
+func packedRow(n, i int) int { return i*n - i*(i-1)/2 }
+
+// gramAccBytes is the memory of a gramAcc of cols columns with threads workers.
+func gramAccBytes(cols, threads int) int64 {
+	c := int64(cols)
+	return 4*c*(c+1) + 4*c*gramChunkRows + int64(max(threads, 1))*4*gramTile*gramTile
+}
+
+// add accumulates n rows of x (row-major, cols each); the last chunk waits for flush.
+func (a *gramAcc) add(x []float32, n int) error {
+	c := a.cols
+	if len(x) < n*c {
+		return fmt.Errorf("calib: gram matrix: %d values for %d rows of %d", len(x), n, c)
+	}
+	for r0 := 0; r0 < n; {
+		k := min(n-r0, gramChunkRows-a.pending)
+		// transpose 8 rows at a time: each column then gets 8 adjacent values (one cache line
+		// half) instead of 8 scattered stores
+		for r := 0; r < k; r += 8 {
+			g := min(8, k-r)
+			rows := x[(r0+r)*c : (r0+r+g)*c]
+			p := a.pending + r
+			for i := 0; i < c; i++ {
+				dst := a.xt[i*gramChunkRows+p : i*gramChunkRows+p+g]
+				for rr := range dst {
+					dst[rr] = rows[rr*c+i]
+				}
+			}
+		}
+		a.pending += k
+		a.rows += int64(k)
+		r0 += k
+		if a.pending == gramChunkRows {
+			if err := a.flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// flush adds the pending rows' XᵀX to G.
+func (a *gramAcc) flush() error {
+	k := a.pending
+	if k == 0 {
+		return nil
+	}
+	a.pending = 0
+	c, ld := a.cols, gramChunkRows
+	xt := a.xt
+	nb := (c + gramTile - 1) / gramTile
+	npairs := nb * (nb + 1) / 2
+	threads := max(1, min(a.threads, npairs))
+	for len(a.tile) < threads {
+		a.tile = append(a.tile, make([]float32, gramTile*gramTile))
+	}
+	var next atomic.Int64
+	var firstErr error
+	var mu sync.Mutex
+	work := func(w int) {
+		tile := a.tile[w]
+		for {
+			p := int(next.Add(1) - 1)
+			if p >= npairs {
+				return
+			}
+			bi, bj := pairOf(p, nb)
+			i0, j0 := bi*gramTile, bj*gramTile
+			m, n := min(gramTile, c-i0), min(gramTile, c-j0)
+			if err := kernels.Sgemm(m, n, k, xt[i0*ld:], ld, xt[j0*ld:], ld, tile, gramTile, false); err != nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+				return
+			}
+			for r := 0; r < m; r++ {
+				i := i0 + r
+				c0 := max(0, i-j0) // the diagonal block keeps j >= i
+				src := tile[r*gramTile+c0 : r*gramTile+n]
+				dst := a.g[packedRow(c, i)+j0+c0-i:]
+				dst = dst[:len(src)]
+				for j, v := range src {
+					dst[j] += float64(v)
+				}
+			}
+		}
+	}
+	if threads == 1 {
+		work(0)
+	} else {
+		var wg sync.WaitGroup
+		for w := 0; w < threads; w++ {
+			wg.Add(1)
+			go func() { defer wg.Done(); work(w) }()
+		}
+		wg.Wait()
+	}
+	return firstErr
+}
+
+// pairOf maps p in [0, nb(nb+1)/2) to the block pair (bi, bj), bi <= bj, row by row.
+func pairOf(p, nb int) (int, int) {
+	bi := 0
+	for p >= nb-bi {
+		p -= nb - bi
+		bi++
+	}
+	return bi, bi + p
+}

@@ -1,0 +1,94 @@
+package calib
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas64"
+)
+
+// TestGramAccMatchesFloat64 checks the tiled float32-chunk accumulation against a naive float64
+// XᵀX, for sizes that are and are not multiples of the tile and chunk, on heavy-tailed data.
+func TestGramAccMatchesFloat64(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, tc := range []struct{ cols, rows, threads int }{{1, 3, 1}, {7, 1, 2}, {300, 300, 2}, {260, 513, 3}, {257, 40, 1}} {
+		x := make([]float32, tc.rows*tc.cols)
+		for i := range x {
+			v := rng.NormFloat64()
+			if i%tc.cols == 5 {
+				v *= 20 // an outlier column
+			}
+			x[i] = float32(v / math.Sqrt(0.2+rng.ExpFloat64())) // heavier tails than normal
+		}
+		a := newGramAcc(tc.cols, tc.threads)
+		// feed in uneven calls
+		for r := 0; r < tc.rows; {
+			n := min(tc.rows-r, 1+rng.IntN(600))
+			if err := a.add(x[r*tc.cols:(r+n)*tc.cols], n); err != nil {
+				t.Fatal(err)
+			}
+			r += n
+		}
+		if err := a.flush(); err != nil {
+			t.Fatal(err)
+		}
+		if a.rows != int64(tc.rows) {
+			t.Fatalf("rows %d, want %d", a.rows, tc.rows)
+		}
+		c := tc.cols
+		for i := 0; i < c; i++ {
+			for j := i; j < c; j++ {
+				var s, sa float64
+				for r := 0; r < tc.rows; r++ {
+					p := float64(x[r*c+i]) * float64(x[r*c+j])
+					s += p
+					sa += math.Abs(p)
+				}
+				got := a.g[packedRow(c, i)+j-i]
+				if math.Abs(got-s) > 2e-6*sa+1e-300 {
+					t.Fatalf("%dx%d: G[%d][%d] = %v, float64 %v (Σ|x_i x_j| %v)", tc.rows, c, i, j, got, s, sa)
+				}
+			}
+		}
+	}
+}
+
+func benchGramInput(cols, rows int) []float32 {
+	rng := rand.New(rand.NewPCG(1, 2))
+	x := make([]float32, rows*cols)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	return x
+}
+
+// BenchmarkGramAcc measures the accumulation of 512 rows (one calibration batch) of 2048
+// columns; BenchmarkGramGonumDsyrk the same product with gonum's float64 Dsyrk.
+func BenchmarkGramAcc(b *testing.B) {
+	const cols, rows = 2048, 512
+	x := benchGramInput(cols, rows)
+	a := newGramAcc(cols, 1)
+	b.SetBytes(int64(rows * cols * 4))
+	for b.Loop() {
+		if err := a.add(x, rows); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)*float64(rows)*float64(cols)*float64(cols+1)/2/b.Elapsed().Seconds()/1e9, "GMAC/s")
+}
+
+func BenchmarkGramGonumDsyrk(b *testing.B) {
+	const cols, rows = 2048, 512
+	x := benchGramInput(cols, rows)
+	x64 := make([]float64, len(x))
+	g := blas64.Symmetric{N: cols, Stride: cols, Data: make([]float64, cols*cols), Uplo: blas.Upper}
+	for b.Loop() {
+		for i, v := range x {
+			x64[i] = float64(v)
+		}
+		blas64.Syrk(blas.Trans, 1, blas64.General{Rows: rows, Cols: cols, Stride: cols, Data: x64}, 1, g)
+	}
+	b.ReportMetric(float64(b.N)*float64(rows)*float64(cols)*float64(cols+1)/2/b.Elapsed().Seconds()/1e9, "GMAC/s")
+}

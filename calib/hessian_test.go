@@ -1,0 +1,601 @@
+package calib
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tq-project/tq/infer"
+	"github.com/tq-project/tq/internal/fixtures"
+	"gonum.org/v1/gonum/mat"
+)
+
+// gramObserver accumulates, in float64, X^T X of every non-expert weight's input over the
+// valid rows of the observer calls of a full forward pass (an independent reference for the
+// Gram matrices; expert weights are covered by naiveObserver's per-expert sums).
+type gramObserver struct {
+	g      map[string][]float64 // name -> cols×cols, row-major
+	cols   map[string]int
+	counts map[string]int64
+	valid  int
+	seen   map[string]int
+}
+
+func newGramObserver() *gramObserver {
+	return &gramObserver{g: map[string][]float64{}, cols: map[string]int{}, counts: map[string]int64{}}
+}
+
+func (o *gramObserver) start(valid int) { o.valid, o.seen = valid, map[string]int{} }
+
+func (o *gramObserver) Linear(name string, expert int, x []float32, n, cols int) {
+	if expert >= 0 {
+		return
+	}
+	off := o.seen[name]
+	o.seen[name] += n
+	if o.g[name] == nil {
+		o.g[name], o.cols[name] = make([]float64, cols*cols), cols
+	}
+	g := o.g[name]
+	row := make([]float64, cols)
+	for r := 0; r < n && off+r < o.valid; r++ {
+		for i, v := range x[r*cols : (r+1)*cols] {
+			row[i] = float64(v)
+		}
+		for i, a := range row {
+			gi := g[i*cols+i : (i+1)*cols]
+			for j, b := range row[i:] {
+				gi[j] += a * b
+			}
+		}
+		o.counts[name]++
+	}
+}
+
+func (o *gramObserver) Route(int, []int32, []float32, int, int) {}
+
+// teeObserver forwards every call to each observer.
+type teeObserver []infer.Observer
+
+func (t teeObserver) Linear(name string, expert int, x []float32, n, cols int) {
+	for _, o := range t {
+		o.Linear(name, expert, x, n, cols)
+	}
+}
+
+func (t teeObserver) Route(layer int, experts []int32, weights []float32, n, k int) {
+	for _, o := range t {
+		o.Route(layer, experts, weights, n, k)
+	}
+}
+
+// gramTol is the tolerance of a stored H entry relative to √(H_ii H_jj): the float32 partial
+// sums of at most 512 rows (≤ 3e-5 worst case, ~1e-6 typical) and float32 storage (6e-8).
+const gramTol = 2e-5
+
+// checkHessians compares the Gram matrices written by a calibration with the float64
+// references of a full forward pass: every non-expert weight's H = G/n (n = its valid rows),
+// the routed experts' gate/up H reconstructed from the layer's all-token matrix (the router's
+// input) and the expert's own Σx², and down_exps diagonal-only.
+func checkHessians(t *testing.T, res *Result, gv *gramObserver, nv *naiveObserver) {
+	t.Helper()
+	if res.HessianDir == "" || res.Config.Calibration.Hessians == nil {
+		t.Fatal("no hessians recorded")
+	}
+	hs, err := OpenHessians(res.HessianDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := res.Config.Calibration.Hessians
+	if rec.Bytes != hs.Bytes || rec.Tokens != res.Config.Calibration.Tokens || hs.Tokens != rec.Tokens || rec.FullInputs == 0 {
+		t.Fatalf("record %+v, set bytes %d tokens %d", rec, hs.Bytes, hs.Tokens)
+	}
+	names := map[string]bool{}
+	for _, n := range hs.Names() {
+		names[n] = true
+	}
+	checked := 0
+	for name, ref := range gv.g {
+		if !names[name] {
+			t.Fatalf("no Gram entry for %s", name)
+		}
+		delete(names, name)
+		h, ok, err := hs.For(name, -1)
+		if err != nil || !ok {
+			t.Fatalf("%s: ok %v err %v", name, ok, err)
+		}
+		w := hs.weights[name]
+		if got := w.ix.inputs[w.w.input].counts[0]; got != gv.counts[name] {
+			t.Fatalf("%s: %d rows, reference %d", name, got, gv.counts[name])
+		}
+		n := gv.cols[name]
+		inv := 1 / float64(gv.counts[name])
+		if h.SymmetricDim() != n {
+			t.Fatalf("%s: %d columns, want %d", name, h.SymmetricDim(), n)
+		}
+		for i := 0; i < n; i++ {
+			for j := i; j < n; j++ {
+				want := ref[i*n+j] * inv
+				scale := math.Sqrt(ref[i*n+i]*ref[j*n+j]) * inv
+				if got := h.At(i, j); math.Abs(got-want) > gramTol*scale+1e-30 || h.At(j, i) != got {
+					t.Fatalf("%s: H[%d][%d] = %v (H[%d][%d] %v), float64 reference %v", name, i, j, got, j, i, h.At(j, i), want)
+				}
+			}
+		}
+		checked++
+	}
+	// routed experts: gate/up from the shared FFN input, down diagonal-only
+	for name := range names {
+		sums := nv.sums[name]
+		if sums == nil || len(sums) < 2 {
+			t.Fatalf("Gram entry for %s, which the forward did not feed as a non-expert weight", name)
+		}
+		router := layerPrefix(Layer(name)) + "ffn_gate_inp.weight"
+		ref, n := gv.g[router], gv.cols[router]
+		if _, _, err := hs.For(name, -1); err == nil {
+			t.Fatalf("%s: expert -1 accepted", name)
+		}
+		for e := range sums {
+			h, ok, err := hs.For(name, e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(name, "ffn_down_exps") || sums[e] == nil {
+				if ok {
+					t.Fatalf("%s expert %d: a full H where only a diagonal (or nothing) exists", name, e)
+				}
+				continue
+			}
+			if !ok {
+				t.Fatalf("%s expert %d: no H", name, e)
+			}
+			ne := float64(nv.counts[name][e])
+			lambda := 1.0
+			if ne < float64(n) {
+				lambda = ne / (ne + float64(n))
+			}
+			for i := 0; i < n; i++ {
+				for j := i; j < n; j++ {
+					di, dj := sums[e][i]/ne, sums[e][j]/ne
+					want := di
+					if i != j {
+						want = lambda * math.Sqrt(di*dj) * ref[i*n+j] / math.Sqrt(ref[i*n+i]*ref[j*n+j])
+					}
+					if got := h.At(i, j); math.Abs(got-want) > 1e-5*math.Sqrt(di*dj)+1e-30 {
+						t.Fatalf("%s expert %d (%v rows, λ %.3f): H[%d][%d] = %v, reference %v", name, e, ne, lambda, i, j, got, want)
+					}
+				}
+			}
+			checked++
+		}
+	}
+	if checked == 0 {
+		t.Fatal("nothing compared")
+	}
+}
+
+// hessiansEqual checks two calibrations wrote the same matrices.
+func hessiansEqual(t *testing.T, what, a, b string) {
+	t.Helper()
+	ha, err := OpenHessians(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb, err := OpenHessians(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(ha.Names(), ",") != strings.Join(hb.Names(), ",") {
+		t.Fatalf("%s: Gram entries differ", what)
+	}
+	for _, name := range ha.Names() {
+		e := -1
+		if strings.Contains(name, "_exps") {
+			e = 0
+		}
+		x, okx, errx := ha.For(name, e)
+		y, oky, erry := hb.For(name, e)
+		if errx != nil || erry != nil || okx != oky || (okx && !mat.Equal(x, y)) {
+			t.Fatalf("%s: H of %s differs (%v %v %v %v)", what, name, okx, oky, errx, erry)
+		}
+	}
+}
+
+// TestHessianBudgetFallback gives the run memory for two of the block's four Gram
+// accumulators: the largest input (the FFN intermediate, 512 columns) and, of the three of 256
+// columns, the one read by a single weight (the attention output) must be stored
+// diagonal-only, named in a warning, their diagonal equal to the statistics' Σx², and For must
+// answer ok=false for them; a second run with a column limit of 256 drops the FFN intermediate
+// for that reason.
+func TestHessianBudgetFallback(t *testing.T) {
+	o := fixtures.Preset("qwen3")
+	o.Layers = 1
+	dir := genModel(t, o)
+	seqs := randSeqs(5, 2, vocabOf(t, dir), 30, 60, 64)
+	base := Options{Sequences: seqs, Threads: 2, NoBaseline: true, NoSensitivity: true, NoHessians: true}
+	est := calibrate(t, dir, base).EstimatedBytes
+	var warned []string
+	opts := base
+	opts.NoHessians = false
+	opts.MemoryBudget = est + gramWriteBytes + 2*gramAccBytes(256, 2) + 1024
+	opts.Warn = func(s string) { warned = append(warned, s) }
+	res := calibrate(t, dir, opts)
+	if w := strings.Join(warned, "\n"); !strings.Contains(w, "memory budget: ffn_down_in (block 0)") ||
+		!strings.Contains(w, "memory budget: attn_output_in (block 0)") {
+		t.Fatalf("warnings %q do not name the dropped inputs", w)
+	}
+	if res.EstimatedBytes > opts.MemoryBudget {
+		t.Fatalf("estimate %d over the budget %d", res.EstimatedBytes, opts.MemoryBudget)
+	}
+	hs, err := OpenHessians(res.HessianDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]int{}
+	for _, name := range hs.Names() {
+		w := hs.weights[name]
+		in := w.ix.inputs[w.w.input]
+		kinds[roleOf(in.id)] = in.reason
+		_, ok, err := hs.For(name, -1)
+		if err != nil || ok != (in.kind == GramFull) {
+			t.Fatalf("%s (%s, %s): ok %v err %v", name, in.id, GramReasonText(in.reason), ok, err)
+		}
+		if in.kind == GramDiagonal {
+			vals, err := hs.values(w.ix, w.w.input)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ts := res.Stats.Tensors[name]
+			for c, v := range vals {
+				if v != float32(ts.SumSq[c]) {
+					t.Fatalf("%s: diagonal %d = %v, statistics %v", name, c, v, ts.SumSq[c])
+				}
+			}
+		}
+	}
+	want := map[string]int{"attn_in": GramReasonNone, "attn_output_in": GramReasonBudget, "ffn_in": GramReasonNone,
+		"ffn_down_in": GramReasonBudget, "output_in": GramReasonNone}
+	for k, v := range want {
+		if kinds[k] != v {
+			t.Errorf("%s: %s, want %s", k, GramReasonText(kinds[k]), GramReasonText(v))
+		}
+	}
+	if r := res.Config.Calibration.Hessians; r.FullInputs != 3 || r.DiagonalInputs != 2 {
+		t.Errorf("record: %d full, %d diagonal inputs; want 3 and 2", r.FullInputs, r.DiagonalInputs)
+	}
+
+	// the column limit, in the same output directory: the new run's files replace the old
+	opts = base
+	opts.NoHessians, opts.HessianMaxCols, opts.OutDir = false, 256, filepath.Dir(res.ConfigPath)
+	warned = nil
+	opts.Warn = func(s string) { warned = append(warned, s) }
+	res2 := calibrate(t, dir, opts)
+	if w := strings.Join(warned, "\n"); !strings.Contains(w, "more than 256 columns: ffn_down_in (block 0)") {
+		t.Fatalf("warnings %q do not name the input over the limit", w)
+	}
+	hs2, err := OpenHessians(res2.HessianDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hs2.Run == hs.Run {
+		t.Fatal("same run id for different options")
+	}
+	w := hs2.weights["blk.0.ffn_down.weight"]
+	if in := w.ix.inputs[w.w.input]; in.kind != GramDiagonal || in.reason != GramReasonCols {
+		t.Fatalf("ffn_down input: kind %d reason %s", in.kind, GramReasonText(in.reason))
+	}
+}
+
+// testGramFile returns a small Gram file with a full input, a diagonal one and per-expert
+// diagonals, and the values written.
+func testGramFile(t testing.TB, cols int) ([]byte, *gramFileData, map[string][]float32) {
+	rng := rand.New(rand.NewPCG(8, 9))
+	vals := map[string][]float32{}
+	mk := func(id string, kind, reason, cols int, counts []int64) *gramInput {
+		n := len(counts) * cols
+		if kind == GramFull {
+			n = packedLen(cols)
+		}
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+		}
+		if kind == GramFull {
+			for i := 0; i < cols; i++ {
+				v[packedRow(cols, i)] = float32(10 + rng.Float64())
+			}
+		} else {
+			for i := range v {
+				v[i] = float32(math.Abs(float64(v[i])))
+			}
+		}
+		vals[id] = v
+		return &gramInput{id: id, kind: kind, reason: reason, cols: cols, counts: counts, nvals: n,
+			values: func(i0, i1 int, dst []float32) { copy(dst, v[i0:i1]) }}
+	}
+	f := &gramFileData{layer: 3, run: [32]byte{1, 2, 3}}
+	f.inputs = []*gramInput{
+		mk("blk.3.attn_in", GramFull, GramReasonNone, cols, []int64{40}),
+		mk("blk.3.ffn_down_in", GramDiagonal, GramReasonBudget, 48, []int64{40}),
+		mk("blk.3.ffn_in.experts", GramDiagonal, GramReasonExperts, cols, []int64{5, 0, 2000}),
+	}
+	f.weights = []gramWeight{{"blk.3.attn_q.weight", 0, -1}, {"blk.3.ffn_down.weight", 1, -1}, {"blk.3.ffn_up_exps.weight", 0, 2}}
+	var buf bytes.Buffer
+	if err := writeGram(&buf, f); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes(), f, vals
+}
+
+// TestGramFileRoundTrip writes a Gram file and reads every input back bit for bit, then
+// checks For on a set made of it (H = G/n, the expert reconstruction).
+func TestGramFileRoundTrip(t *testing.T) {
+	b, f, vals := testGramFile(t, 1500) // the full input takes several chunks
+	ix, err := parseGram(bytes.NewReader(b), int64(len(b)), "x.gram")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ix.layer != 3 || ix.run != f.run || len(ix.inputs) != 3 || len(ix.weights) != 3 {
+		t.Fatalf("parsed %+v", ix)
+	}
+	if len(ix.inputs[0].chunks) < 2 {
+		t.Fatalf("the full input has %d chunks; the test wants several", len(ix.inputs[0].chunks))
+	}
+	for i, in := range ix.inputs {
+		want := vals[in.id]
+		got := make([]float32, in.nvals)
+		if err := readGramValues(bytes.NewReader(b), ix, in, got); err != nil {
+			t.Fatal(err)
+		}
+		for k := range want {
+			if math.Float32bits(got[k]) != math.Float32bits(want[k]) {
+				t.Fatalf("input %d value %d: %v, wrote %v", i, k, got[k], want[k])
+			}
+		}
+		if in.kind != f.inputs[i].kind || in.reason != f.inputs[i].reason || in.cols != f.inputs[i].cols {
+			t.Fatalf("input %d header differs", i)
+		}
+	}
+
+	dir := t.TempDir()
+	writeTestSet(t, dir, b, f.run)
+	hs, err := OpenHessians(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, ok, err := hs.For("blk.3.attn_q.weight", -1)
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	g := vals["blk.3.attn_in"]
+	for _, ij := range [][2]int{{0, 0}, {0, 7}, {1499, 1499}, {700, 1200}} {
+		i, j := ij[0], ij[1]
+		if want := float64(g[packedRow(1500, i)+j-i]) / 40; h.At(i, j) != want || h.At(j, i) != want {
+			t.Fatalf("H[%d][%d] = %v, want %v", i, j, h.At(i, j), want)
+		}
+	}
+	if _, ok, err := hs.For("blk.3.ffn_down.weight", -1); ok || err != nil {
+		t.Fatalf("diagonal-only input: ok %v err %v", ok, err)
+	}
+	if _, ok, err := hs.For("blk.3.ffn_up_exps.weight", 1); ok || err != nil {
+		t.Fatalf("expert without rows: ok %v err %v", ok, err)
+	}
+	if _, _, err := hs.For("blk.3.ffn_up_exps.weight", 3); err == nil {
+		t.Fatal("expert out of range accepted")
+	}
+	if _, _, err := hs.For("blk.3.attn_q.weight", 0); err == nil {
+		t.Fatal("expert index on a dense weight accepted")
+	}
+	if _, ok, err := hs.For("blk.9.attn_q.weight", -1); ok || err != nil {
+		t.Fatal("unknown weight")
+	}
+	// the expert reconstruction: 5 rows (< 1500 columns, λ = 5/1505) and 2000 rows (λ = 1)
+	d := vals["blk.3.ffn_in.experts"]
+	for _, e := range []int{0, 2} {
+		h, ok, err := hs.For("blk.3.ffn_up_exps.weight", e)
+		if err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		ne := []float64{5, 0, 2000}[e]
+		lambda := map[int]float64{0: 5.0 / 1505, 2: 1}[e]
+		if got := ExpertShrinkage(ne, 1500); got != lambda {
+			t.Fatalf("λ(%v) = %v, want %v", ne, got, lambda)
+		}
+		for _, ij := range [][2]int{{3, 3}, {0, 7}, {700, 1200}} {
+			i, j := ij[0], ij[1]
+			di, dj := float64(d[e*1500+i])/ne, float64(d[e*1500+j])/ne
+			gii, gjj, gij := float64(g[packedRow(1500, i)]), float64(g[packedRow(1500, j)]), float64(g[packedRow(1500, i)+j-i])
+			want := lambda * math.Sqrt(di*dj) * gij / math.Sqrt(gii*gjj)
+			if i == j {
+				want = di
+			}
+			if math.Abs(h.At(i, j)-want) > 1e-12*math.Abs(want) {
+				t.Fatalf("expert %d H[%d][%d] = %v, want %v", e, i, j, h.At(i, j), want)
+			}
+		}
+	}
+}
+
+// writeTestSet puts one Gram file (as blk.3.gram) and its index into dir.
+func writeTestSet(t testing.TB, dir string, b []byte, run [32]byte) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, "blk.3.gram"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	idx := hessianIndex{Format: HessianIndexFormat, Version: GramVersion, Run: hexRun(run), Tokens: 40,
+		Files: []hessianIndexFile{{Name: "blk.3.gram", Layer: 3, Bytes: int64(len(b))}}, Bytes: int64(len(b))}
+	if err := saveJSON(filepath.Join(dir, HessianIndexFile), idx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func hexRun(r [32]byte) string {
+	const digits = "0123456789abcdef"
+	out := make([]byte, 64)
+	for i, c := range r {
+		out[2*i], out[2*i+1] = digits[c>>4], digits[c&15]
+	}
+	return string(out)
+}
+
+// replaceChunk rebuilds file b with chunk ci of input in replaced by the given raw bytes.
+func replaceChunk(t testing.TB, b []byte, ix *gramIndex, in, ci int, raw []byte) []byte {
+	ch := ix.inputs[in].chunks[ci]
+	plane := make([]byte, len(raw))
+	shuffle(plane, raw)
+	comp := recompressForTest(t, plane)
+	var out bytes.Buffer
+	out.Write(b[:ch.off-8])
+	var h [8]byte
+	binary.LittleEndian.PutUint32(h[:4], uint32(len(raw)))
+	binary.LittleEndian.PutUint32(h[4:], uint32(len(comp)))
+	out.Write(h[:])
+	out.Write(comp)
+	out.Write(b[ch.off+int64(ch.comp):])
+	return out.Bytes()
+}
+
+// TestGramFileErrors corrupts a Gram file field by field: every case must fail with an error
+// naming the file and the field, never panic.
+func TestGramFileErrors(t *testing.T) {
+	const cols = 40
+	b, f, _ := testGramFile(t, cols)
+	ix, err := parseGram(bytes.NewReader(b), int64(len(b)), "x.gram")
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := func(off int, v ...byte) []byte {
+		c := bytes.Clone(b)
+		copy(c[off:], v)
+		return c
+	}
+	u32 := func(v uint32) []byte { return binary.LittleEndian.AppendUint32(nil, v) }
+	// offsets: magic 0, version 8, layer 12, run 16, n_weights 48, n_inputs 52, first weight 56
+	w0 := 56 + 2 + len("blk.3.attn_q.weight")
+	in0 := 56
+	for _, w := range f.weights {
+		in0 += 2 + len(w.name) + 8
+	}
+	in0cols := in0 + 2 + len("blk.3.attn_in") + 2
+	// the experts' diagonals (input 2, one chunk), read by For(ffn_up_exps, 0)
+	diagVals := make([]byte, 4*3*cols)
+	binary.LittleEndian.PutUint32(diagVals[4*5:], math.Float32bits(-1))
+	nanVals := make([]byte, 4*3*cols)
+	binary.LittleEndian.PutUint32(nanVals[4*7:], math.Float32bits(float32(math.NaN())))
+	fullNaN := make([]byte, 4*packedLen(cols))
+	binary.LittleEndian.PutUint32(fullNaN[4*9:], math.Float32bits(float32(math.Inf(1))))
+	cases := []struct {
+		name, want string
+		data       []byte
+		values     int // call For on this weight (the structure parses), as an expert for 2
+	}{
+		{"short", "truncated magic", []byte("TQGR"), -1},
+		{"magic", "bad magic", patch(0, 'X'), -1},
+		{"version", "unsupported version 7", patch(8, u32(7)...), -1},
+		{"layer", "layer -5 out of range", patch(12, u32(uint32(0xfffffffb))...), -1},
+		{"weights", "exceed the limit", patch(48, u32(1<<20)...), -1},
+		{"input ref", "refers to input 9", patch(w0, u32(9)...), -1},
+		{"cols", "a full matrix of 40000 columns", patch(in0cols, u32(40000)...), -1},
+		{"cols zero", "out of range", patch(in0cols, u32(0)...), -1},
+		{"kind", "unknown kind 7", patch(in0cols-2, 7), -1},
+		{"truncated", "does not fit the file", b[:len(b)-20], -1},
+		{"trailing", "bytes after the end marker", append(bytes.Clone(b), 0), -1},
+		{"end", "bad end marker", patch(len(b)-8, 'X'), -1},
+		{"nan", "input blk.3.ffn_in.experts: value 7 is NaN", replaceChunk(t, b, ix, 2, 0, nanVals), 2},
+		{"negative", "diagonal value 5 is negative", replaceChunk(t, b, ix, 2, 0, diagVals), 2},
+		{"inf", "input blk.3.attn_in: value 9 is +Inf", replaceChunk(t, b, ix, 0, 0, fullNaN), 0},
+		{"short chunk", "input blk.3.ffn_down_in: chunk of", replaceChunk(t, b, ix, 1, 0, make([]byte, 4*47)), -1},
+	}
+	for _, tc := range cases {
+		dir := t.TempDir()
+		writeTestSet(t, dir, tc.data, f.run)
+		hs, err := OpenHessians(dir)
+		if tc.values >= 0 && err == nil {
+			e := -1
+			if tc.values == 2 {
+				e = 0
+			}
+			_, _, err = hs.For(f.weights[tc.values].name, e)
+		}
+		if err == nil {
+			t.Errorf("%s: no error", tc.name)
+			continue
+		}
+		if !strings.Contains(err.Error(), filepath.Join(dir, "blk.3.gram")) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %q does not name the file and %q", tc.name, err, tc.want)
+		}
+	}
+
+	// the index: another run's file, a size mismatch, a bad name, a directory
+	dir := t.TempDir()
+	writeTestSet(t, dir, b, [32]byte{9})
+	if _, err := OpenHessians(dir); err == nil || !strings.Contains(err.Error(), "another calibration") {
+		t.Errorf("run id mismatch: %v", err)
+	}
+	for _, bad := range []string{`{"format":"tq-hessians","version":1,"run":"zz","files":[]}`,
+		`{"format":"tq-hessians","version":1,"run":"` + hexRun(f.run) + `","files":[{"name":"../x.gram","layer":3,"bytes":1}]}`,
+		`{"format":"tq-hessians","version":1,"run":"` + hexRun(f.run) + `","files":[{"name":"blk.3.gram","layer":3,"bytes":7}]}`,
+		`[`} {
+		if err := os.WriteFile(filepath.Join(dir, HessianIndexFile), []byte(bad), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := OpenHessians(dir); err == nil || !strings.Contains(err.Error(), dir) {
+			t.Errorf("index %s: %v", bad, err)
+		}
+	}
+	sub := t.TempDir()
+	if err := os.Mkdir(filepath.Join(sub, HessianIndexFile), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenHessians(sub); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("directory as index: %v", err)
+	}
+}
+
+// FuzzHessianFile feeds arbitrary bytes to the Gram file parser and, when the structure
+// parses, reads every input's values: errors are fine, panics and allocations beyond the
+// limits are not.
+func FuzzHessianFile(f *testing.F) {
+	b, _, _ := testGramFile(f, 24)
+	f.Add(b)
+	f.Add(b[:200])
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ix, err := parseGram(bytes.NewReader(data), int64(len(data)), "fuzz.gram")
+		if err != nil {
+			return
+		}
+		for _, in := range ix.inputs {
+			if in.nvals > 1<<22 {
+				continue
+			}
+			vals := make([]float32, in.nvals)
+			if readGramValues(bytes.NewReader(data), ix, in, vals) != nil {
+				continue
+			}
+			for _, w := range ix.weights {
+				if w.experts >= 0 && w.input >= 0 && ix.inputs[w.input].kind == GramFull && ix.inputs[w.input] == in &&
+					in.cols <= 256 {
+					d := make([]float64, in.cols)
+					expertHessian(vals, in.cols, d, 1)
+				}
+			}
+		}
+	})
+}
+
+func TestLayerList(t *testing.T) {
+	for _, tc := range []struct {
+		ls   []int
+		want string
+	}{{[]int{0}, "block 0"}, {[]int{-1}, "output head"}, {[]int{0, 1, 2, 5, 7, 8}, "blocks 0-2,5,7-8"},
+		{[]int{3, -1}, "block 3, output head"}, {[]int{0, 1, -1}, "blocks 0-1, output head"}} {
+		if got := layerList(tc.ls); got != tc.want {
+			t.Errorf("%v: %q, want %q", tc.ls, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,644 @@
+package calib
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"unicode/utf8"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// Gram file format (docs/calibration.md, "Input Gram matrices"): one file per step
+// (hessians/blk.N.gram, hessians/output.gram), little-endian throughout:
+//
+//	magic      "TQGRAM\x00\x00"
+//	version    uint32 (1)
+//	layer      int32 (-1: the LM head's input)
+//	run        32 bytes (the run id, shared by every file of one calibration)
+//	n_weights  uint32, n_inputs uint32
+//	weights    n_weights × { name_len uint16, name, input uint32, experts uint32 }
+//	           (indices into the inputs; gramNone when the weight has none)
+//	inputs     n_inputs × {
+//	             id_len uint16, id
+//	             kind uint8 (0: full upper triangle of G, 1: diagonal), reason uint8
+//	             cols uint32, nmat uint32, counts nmat × int64
+//	             values: float32, cols·(cols+1)/2 (full: row i holds G[i][i..cols-1]) or
+//	               nmat·cols (diagonal: Σx² per matrix), as chunks of
+//	               { raw uint32 (bytes), comp uint32, comp bytes: a zstd frame of the
+//	                 chunk's bytes split into 4 planes (byte k of every float32 in plane k) }
+//	             until raw bytes add up to 4 × the number of values }
+//	end        "TQGEND\x00\x00" (the last bytes of the file)
+//
+// The values are sums (G = Σ_t x_t x_tᵀ, or Σx²); H = G / count.
+
+// GramMagic starts every Gram file.
+const GramMagic = "TQGRAM\x00\x00"
+
+// GramVersion is the format version written.
+const GramVersion = 1
+
+const gramEnd = "TQGEND\x00\x00"
+
+// gramNone marks a weight without a full input or without per-expert diagonals.
+const gramNone = math.MaxUint32
+
+// Kinds of an input's values.
+const (
+	GramFull     = 0 // the upper triangle of G
+	GramDiagonal = 1 // Σx² per column (per matrix)
+)
+
+// Reasons recorded with an input (why it is diagonal-only).
+const (
+	GramReasonNone    = 0 // a full matrix
+	GramReasonExperts = 1 // routed experts: per-expert diagonals (the full matrix is the layer's shared input)
+	GramReasonCols    = 2 // more columns than the limit (Options.HessianMaxCols)
+	GramReasonBudget  = 3 // the full matrix did not fit the memory budget
+)
+
+// GramReasonText names a reason for messages and the record.
+func GramReasonText(r int) string {
+	switch r {
+	case GramReasonNone:
+		return "full"
+	case GramReasonExperts:
+		return "routed experts (diagonal per expert)"
+	case GramReasonCols:
+		return "more columns than the limit"
+	case GramReasonBudget:
+		return "memory budget"
+	}
+	return fmt.Sprintf("reason %d", r)
+}
+
+// Limits of the reader (hostile input) and the writer.
+const (
+	// MaxGramCols is the most columns of a full matrix a Gram file may hold (its float64
+	// SymDense takes 8·cols² bytes: 8 GiB at the limit).
+	MaxGramCols     = 1 << 15
+	maxGramDiagCols = 1 << 20
+	maxGramMat      = 1 << 16
+	maxGramValues   = 1 << 29 // of one input
+	maxGramName     = 1024
+	maxGramEntries  = 1 << 12 // weights or inputs of one file
+	gramChunkBytes  = 4 << 20 // raw bytes per compressed chunk
+	maxGramComp     = gramChunkBytes + 1<<20
+)
+
+// gramInput is one input of a Gram file as written.
+type gramInput struct {
+	id     string
+	kind   int
+	reason int
+	cols   int
+	counts []int64
+	// values produces the float32 values [i0, i1) (in file order) into dst.
+	values func(i0, i1 int, dst []float32)
+	nvals  int
+}
+
+// gramWeight ties a weight to its inputs (indices, or -1).
+type gramWeight struct {
+	name           string
+	input, experts int
+}
+
+// gramFileData is the content of one Gram file as written.
+type gramFileData struct {
+	layer   int
+	run     [32]byte
+	weights []gramWeight
+	inputs  []*gramInput
+}
+
+// writeGram encodes f into w.
+func writeGram(w io.Writer, f *gramFileData) error {
+	if len(f.weights) > maxGramEntries || len(f.inputs) > maxGramEntries {
+		return fmt.Errorf("%d weights and %d inputs exceed the format's limit", len(f.weights), len(f.inputs))
+	}
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		return err
+	}
+	defer enc.Close()
+	bw := bufio.NewWriterSize(w, 1<<20)
+	le := binary.LittleEndian
+	var b [8]byte
+	u16 := func(v int) { le.PutUint16(b[:2], uint16(v)); bw.Write(b[:2]) }
+	u32 := func(v uint32) { le.PutUint32(b[:4], v); bw.Write(b[:4]) }
+	str := func(s string) error {
+		if s == "" || len(s) > maxGramName || !utf8.ValidString(s) {
+			return fmt.Errorf("name %q exceeds the format's limits", s)
+		}
+		u16(len(s))
+		bw.WriteString(s)
+		return nil
+	}
+	idx := func(i int) uint32 {
+		if i < 0 {
+			return gramNone
+		}
+		return uint32(i)
+	}
+	bw.WriteString(GramMagic)
+	u32(GramVersion)
+	u32(uint32(int32(f.layer)))
+	bw.Write(f.run[:])
+	u32(uint32(len(f.weights)))
+	u32(uint32(len(f.inputs)))
+	for _, wt := range f.weights {
+		if wt.input >= len(f.inputs) || wt.experts >= len(f.inputs) {
+			return fmt.Errorf("weight %s refers to a missing input", wt.name)
+		}
+		if err := str(wt.name); err != nil {
+			return err
+		}
+		u32(idx(wt.input))
+		u32(idx(wt.experts))
+	}
+	chunk := 1 // values per chunk: buffers no larger than the largest input needs
+	for _, in := range f.inputs {
+		chunk = max(chunk, min(in.nvals, gramChunkBytes/4))
+	}
+	raw := make([]byte, 0, 4*chunk)
+	plane := make([]byte, 4*chunk)
+	var comp []byte
+	vals := make([]float32, chunk)
+	for _, in := range f.inputs {
+		nmat := len(in.counts)
+		want := nmat * in.cols
+		if in.kind == GramFull {
+			want = packedLen(in.cols)
+		}
+		if in.cols <= 0 || nmat == 0 || nmat > maxGramMat || in.nvals != want || want > maxGramValues ||
+			(in.kind == GramFull && (nmat != 1 || in.cols > MaxGramCols)) || (in.kind == GramDiagonal && in.cols > maxGramDiagCols) {
+			return fmt.Errorf("input %s: %d values of %d matrices × %d columns (kind %d) exceed the format's limits", in.id, in.nvals, nmat, in.cols, in.kind)
+		}
+		if err := str(in.id); err != nil {
+			return err
+		}
+		bw.WriteByte(byte(in.kind))
+		bw.WriteByte(byte(in.reason))
+		u32(uint32(in.cols))
+		u32(uint32(nmat))
+		for _, c := range in.counts {
+			le.PutUint64(b[:], uint64(c))
+			bw.Write(b[:])
+		}
+		for i0 := 0; i0 < in.nvals; i0 += len(vals) {
+			i1 := min(in.nvals, i0+len(vals))
+			v := vals[:i1-i0]
+			in.values(i0, i1, v)
+			raw = raw[:4*len(v)]
+			for i, x := range v {
+				if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+					return fmt.Errorf("input %s: value %d is %v", in.id, i0+i, x)
+				}
+				le.PutUint32(raw[4*i:], math.Float32bits(x))
+			}
+			shuffle(plane[:len(raw)], raw)
+			comp = enc.EncodeAll(plane[:len(raw)], comp[:0])
+			if len(comp) > maxGramComp {
+				return fmt.Errorf("input %s: a compressed chunk of %d bytes exceeds the format's limit", in.id, len(comp))
+			}
+			u32(uint32(len(raw)))
+			u32(uint32(len(comp)))
+			bw.Write(comp)
+		}
+	}
+	bw.WriteString(gramEnd)
+	return bw.Flush()
+}
+
+// shuffle writes the bytes of src (float32 values) to dst by plane: byte k of value i goes to
+// dst[k·n+i]. The exponent and high mantissa bytes of nearby values repeat, which zstd finds
+// once they are contiguous.
+func shuffle(dst, src []byte) {
+	n := len(src) / 4
+	for i := 0; i < n; i++ {
+		dst[i] = src[4*i]
+		dst[n+i] = src[4*i+1]
+		dst[2*n+i] = src[4*i+2]
+		dst[3*n+i] = src[4*i+3]
+	}
+}
+
+func unshuffle(dst, src []byte) {
+	n := len(src) / 4
+	for i := 0; i < n; i++ {
+		dst[4*i] = src[i]
+		dst[4*i+1] = src[n+i]
+		dst[4*i+2] = src[2*n+i]
+		dst[4*i+3] = src[3*n+i]
+	}
+}
+
+// gramChunk locates one compressed chunk.
+type gramChunk struct {
+	off  int64 // of the compressed bytes
+	raw  int
+	comp int
+}
+
+// gramIndexInput is an input of a parsed Gram file: its header and where its values are.
+type gramIndexInput struct {
+	id     string
+	kind   int
+	reason int
+	cols   int
+	counts []int64
+	nvals  int
+	chunks []gramChunk
+}
+
+// gramIndex is the parsed structure of a Gram file (values not read).
+type gramIndex struct {
+	path    string
+	size    int64
+	layer   int
+	run     [32]byte
+	weights []gramWeight
+	inputs  []*gramIndexInput
+}
+
+// gramParser reads the structure of a Gram file through ReadAt, bounding every field by the
+// file size and the format's limits.
+type gramParser struct {
+	r    io.ReaderAt
+	size int64
+	off  int64
+	buf  [8]byte
+}
+
+func (p *gramParser) errf(format string, a ...any) error {
+	return fmt.Errorf("offset %d: %s", p.off, fmt.Sprintf(format, a...))
+}
+
+func (p *gramParser) read(b []byte, what string) error {
+	if int64(len(b)) > p.size-p.off {
+		return p.errf("truncated %s", what)
+	}
+	n, err := p.r.ReadAt(b, p.off)
+	if n < len(b) {
+		if err == nil || errors.Is(err, io.EOF) {
+			return p.errf("truncated %s", what)
+		}
+		return p.errf("reading %s: %v", what, err)
+	}
+	p.off += int64(n)
+	return nil
+}
+
+func (p *gramParser) u32(what string) (uint32, error) {
+	if err := p.read(p.buf[:4], what); err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint32(p.buf[:4]), nil
+}
+
+func (p *gramParser) u8(what string) (int, error) {
+	if err := p.read(p.buf[:1], what); err != nil {
+		return 0, err
+	}
+	return int(p.buf[0]), nil
+}
+
+func (p *gramParser) str(what string) (string, error) {
+	if err := p.read(p.buf[:2], what+" length"); err != nil {
+		return "", err
+	}
+	n := int(binary.LittleEndian.Uint16(p.buf[:2]))
+	if n == 0 || n > maxGramName {
+		return "", p.errf("%s length %d out of range (1..%d)", what, n, maxGramName)
+	}
+	b := make([]byte, n)
+	if err := p.read(b, what); err != nil {
+		return "", err
+	}
+	if !utf8.Valid(b) {
+		return "", p.errf("%s is not UTF-8", what)
+	}
+	for _, c := range b {
+		if c < 0x20 {
+			return "", p.errf("%s %q has a control character", what, b)
+		}
+	}
+	return string(b), nil
+}
+
+// parseGram reads the structure of a Gram file of size bytes: header, weights, inputs and the
+// location of every compressed chunk (the values themselves are read by readGramValues).
+func parseGram(r io.ReaderAt, size int64, path string) (*gramIndex, error) {
+	p := &gramParser{r: r, size: size}
+	ix, err := p.parse()
+	if err != nil {
+		return nil, fmt.Errorf("calib: Gram file %s: %w", path, err)
+	}
+	ix.path, ix.size = path, size
+	return ix, nil
+}
+
+func (p *gramParser) parse() (*gramIndex, error) {
+	var magic [8]byte
+	if err := p.read(magic[:], "magic"); err != nil {
+		return nil, err
+	}
+	if string(magic[:]) != GramMagic {
+		return nil, p.errf("bad magic %q (not a tq Gram file)", magic[:])
+	}
+	ver, err := p.u32("version")
+	if err != nil {
+		return nil, err
+	}
+	if ver != GramVersion {
+		return nil, p.errf("unsupported version %d (this tq reads %d)", ver, GramVersion)
+	}
+	layer, err := p.u32("layer")
+	if err != nil {
+		return nil, err
+	}
+	ix := &gramIndex{layer: int(int32(layer))}
+	if ix.layer < -1 || ix.layer >= maxRoutingLayer {
+		return nil, p.errf("layer %d out of range", ix.layer)
+	}
+	if err := p.read(ix.run[:], "run id"); err != nil {
+		return nil, err
+	}
+	nw, err := p.u32("weight count")
+	if err != nil {
+		return nil, err
+	}
+	ni, err := p.u32("input count")
+	if err != nil {
+		return nil, err
+	}
+	if nw > maxGramEntries || ni > maxGramEntries {
+		return nil, p.errf("%d weights / %d inputs exceed the limit of %d", nw, ni, maxGramEntries)
+	}
+	seen := map[string]bool{}
+	for i := uint32(0); i < nw; i++ {
+		name, err := p.str(fmt.Sprintf("weight %d name", i))
+		if err != nil {
+			return nil, err
+		}
+		if seen[name] {
+			return nil, p.errf("weight %s listed twice", name)
+		}
+		seen[name] = true
+		in, err := p.u32("input of " + name)
+		if err != nil {
+			return nil, err
+		}
+		ex, err := p.u32("expert input of " + name)
+		if err != nil {
+			return nil, err
+		}
+		ref := func(v uint32) (int, error) {
+			if v == gramNone {
+				return -1, nil
+			}
+			if v >= ni {
+				return 0, p.errf("weight %s refers to input %d of %d", name, v, ni)
+			}
+			return int(v), nil
+		}
+		w := gramWeight{name: name}
+		if w.input, err = ref(in); err != nil {
+			return nil, err
+		}
+		if w.experts, err = ref(ex); err != nil {
+			return nil, err
+		}
+		if w.input < 0 && w.experts < 0 {
+			return nil, p.errf("weight %s refers to no input", name)
+		}
+		ix.weights = append(ix.weights, w)
+	}
+	ids := map[string]bool{}
+	for i := uint32(0); i < ni; i++ {
+		in, err := p.input(i)
+		if err != nil {
+			return nil, err
+		}
+		if ids[in.id] {
+			return nil, p.errf("input %s listed twice", in.id)
+		}
+		ids[in.id] = true
+		ix.inputs = append(ix.inputs, in)
+	}
+	for _, w := range ix.weights {
+		if w.input >= 0 && ix.inputs[w.input].kind == GramDiagonal && len(ix.inputs[w.input].counts) != 1 {
+			return nil, p.errf("weight %s: its input %s has %d matrices", w.name, ix.inputs[w.input].id, len(ix.inputs[w.input].counts))
+		}
+		if w.experts >= 0 {
+			ex := ix.inputs[w.experts]
+			if ex.kind != GramDiagonal {
+				return nil, p.errf("weight %s: expert input %s is not diagonal", w.name, ex.id)
+			}
+			if w.input >= 0 && ix.inputs[w.input].cols != ex.cols {
+				return nil, p.errf("weight %s: input %s has %d columns, expert input %s %d", w.name, ix.inputs[w.input].id,
+					ix.inputs[w.input].cols, ex.id, ex.cols)
+			}
+		}
+	}
+	var end [8]byte
+	if err := p.read(end[:], "end marker"); err != nil {
+		return nil, err
+	}
+	if string(end[:]) != gramEnd {
+		return nil, p.errf("bad end marker %q", end[:])
+	}
+	if p.off != p.size {
+		return nil, p.errf("%d bytes after the end marker", p.size-p.off)
+	}
+	return ix, nil
+}
+
+func (p *gramParser) input(i uint32) (*gramIndexInput, error) {
+	id, err := p.str(fmt.Sprintf("input %d id", i))
+	if err != nil {
+		return nil, err
+	}
+	in := &gramIndexInput{id: id}
+	if in.kind, err = p.u8("kind of " + id); err != nil {
+		return nil, err
+	}
+	if in.reason, err = p.u8("reason of " + id); err != nil {
+		return nil, err
+	}
+	if in.kind != GramFull && in.kind != GramDiagonal {
+		return nil, p.errf("input %s: unknown kind %d", id, in.kind)
+	}
+	if in.reason > GramReasonBudget || (in.kind == GramFull) != (in.reason == GramReasonNone) {
+		return nil, p.errf("input %s: reason %d does not go with kind %d", id, in.reason, in.kind)
+	}
+	cols, err := p.u32("columns of " + id)
+	if err != nil {
+		return nil, err
+	}
+	nmat, err := p.u32("matrices of " + id)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case cols == 0 || nmat == 0 || nmat > maxGramMat:
+		return nil, p.errf("input %s: %d matrices of %d columns out of range", id, nmat, cols)
+	case in.kind == GramFull && (nmat != 1 || cols > MaxGramCols):
+		return nil, p.errf("input %s: a full matrix of %d columns (%d matrices): at most 1 of %d", id, cols, nmat, MaxGramCols)
+	case in.kind == GramDiagonal && (cols > maxGramDiagCols || uint64(cols)*uint64(nmat) > maxGramValues):
+		return nil, p.errf("input %s: %d diagonals of %d columns exceed the limits", id, nmat, cols)
+	}
+	in.cols = int(cols)
+	in.nvals = int(nmat) * in.cols
+	if in.kind == GramFull {
+		in.nvals = packedLen(in.cols)
+	}
+	if int64(nmat)*8 > p.size-p.off {
+		return nil, p.errf("truncated counts of %s", id)
+	}
+	cb := make([]byte, 8*nmat)
+	if err := p.read(cb, "counts of "+id); err != nil {
+		return nil, err
+	}
+	in.counts = make([]int64, nmat)
+	for e := range in.counts {
+		c := int64(binary.LittleEndian.Uint64(cb[8*e:]))
+		if c < 0 {
+			return nil, p.errf("input %s: matrix %d has a negative count %d", id, e, c)
+		}
+		in.counts[e] = c
+	}
+	left := int64(in.nvals) * 4
+	for left > 0 {
+		raw, err := p.u32("chunk size of " + id)
+		if err != nil {
+			return nil, err
+		}
+		comp, err := p.u32("compressed chunk size of " + id)
+		if err != nil {
+			return nil, err
+		}
+		if raw == 0 || raw%4 != 0 || raw > gramChunkBytes || int64(raw) > left {
+			return nil, p.errf("input %s: chunk of %d bytes (%d left, at most %d, a multiple of 4)", id, raw, left, gramChunkBytes)
+		}
+		if comp == 0 || comp > maxGramComp || int64(comp) > p.size-p.off {
+			return nil, p.errf("input %s: compressed chunk of %d bytes does not fit the file", id, comp)
+		}
+		if len(in.chunks) >= maxGramValues/1024 {
+			return nil, p.errf("input %s: too many chunks", id)
+		}
+		in.chunks = append(in.chunks, gramChunk{off: p.off, raw: int(raw), comp: int(comp)})
+		p.off += int64(comp)
+		left -= int64(raw)
+	}
+	return in, nil
+}
+
+// gramDecoder decompresses chunks (at most gramChunkBytes each).
+func newGramDecoder() (*zstd.Decoder, error) {
+	return zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(gramChunkBytes),
+		zstd.WithDecoderMaxWindow(gramChunkBytes))
+}
+
+// readGramValues reads and checks the values of input in of file r into dst (len in.nvals):
+// every value must be finite, diagonals (and the diagonal of a full matrix) non-negative.
+func readGramValues(r io.ReaderAt, ix *gramIndex, in *gramIndexInput, dst []float32) error {
+	fail := func(format string, a ...any) error {
+		return fmt.Errorf("calib: Gram file %s: input %s: %s", ix.path, in.id, fmt.Sprintf(format, a...))
+	}
+	dec, err := newGramDecoder()
+	if err != nil {
+		return err
+	}
+	defer dec.Close()
+	maxRaw := 0
+	for _, ch := range in.chunks {
+		maxRaw = max(maxRaw, ch.raw) // ≤ gramChunkBytes (parseGram)
+	}
+	var comp []byte
+	raw := make([]byte, maxRaw)
+	plane := make([]byte, maxRaw)
+	pos := 0
+	for ci, ch := range in.chunks {
+		if cap(comp) < ch.comp {
+			comp = make([]byte, ch.comp)
+		}
+		comp = comp[:ch.comp]
+		if n, err := r.ReadAt(comp, ch.off); n < ch.comp {
+			return fail("reading chunk %d: %v", ci, err)
+		}
+		out, err := dec.DecodeAll(comp, plane[:0])
+		if err != nil {
+			return fail("chunk %d: %v", ci, err)
+		}
+		if len(out) != ch.raw {
+			return fail("chunk %d holds %d bytes, its header says %d", ci, len(out), ch.raw)
+		}
+		raw = raw[:ch.raw]
+		unshuffle(raw, out)
+		n := ch.raw / 4
+		if pos+n > len(dst) {
+			return fail("more values than %d", len(dst))
+		}
+		for i := 0; i < n; i++ {
+			dst[pos+i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+		}
+		pos += n
+	}
+	if pos != len(dst) {
+		return fail("%d values, want %d", pos, len(dst))
+	}
+	for i, v := range dst {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return fail("value %d is %v", i, v)
+		}
+	}
+	if in.kind == GramDiagonal {
+		for i, v := range dst {
+			if v < 0 {
+				return fail("diagonal value %d is negative (%v)", i, v)
+			}
+		}
+	} else {
+		for i := 0; i < in.cols; i++ {
+			if v := dst[packedRow(in.cols, i)]; v < 0 {
+				return fail("diagonal entry %d is negative (%v)", i, v)
+			}
+		}
+	}
+	return nil
+}
+
+// openHessianFile opens a Gram file for reading: only regular files (stat before open, so a
+// FIFO cannot block), and the opened file must be the one stat'ed. This is the only place Gram
+// files are opened.
+func openHessianFile(path string) (*os.File, int64, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, 0, fmt.Errorf("calib: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, 0, fmt.Errorf("calib: %s: not a regular file", path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, fmt.Errorf("calib: %w", err)
+	}
+	st2, err := f.Stat()
+	if err != nil || !os.SameFile(st, st2) || !st2.Mode().IsRegular() {
+		f.Close()
+		return nil, 0, fmt.Errorf("calib: %s changed while being opened", path)
+	}
+	return f, st2.Size(), nil
+}
+
+// saveHessianFile writes a Gram file atomically (temporary file, fsync, rename). This is the
+// only place Gram files are written.
+func saveHessianFile(path string, f *gramFileData) error {
+	return writeAtomic(path, func(w io.Writer) error { return writeGram(w, f) })
+}

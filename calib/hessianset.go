@@ -1,0 +1,309 @@
+package calib
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"sync"
+
+	"gonum.org/v1/gonum/mat"
+)
+
+// HessianIndexFormat names the index file's format.
+const HessianIndexFormat = "tq-hessians"
+
+// hessianIndex is HessianIndexFile.
+type hessianIndex struct {
+	Format  string `json:"format"`
+	Version int    `json:"version"`
+	// Run is the run id (hex) every listed file carries.
+	Run             string `json:"run"`
+	CalibrationHash string `json:"calibration_hash"`
+	// Tokens is the number of calibration tokens accumulated (padding excluded).
+	Tokens int64              `json:"tokens"`
+	Files  []hessianIndexFile `json:"files"`
+	Bytes  int64              `json:"bytes"`
+}
+
+type hessianIndexFile struct {
+	Name  string `json:"name"`
+	Layer int    `json:"layer"`
+	Bytes int64  `json:"bytes"`
+}
+
+const maxHessianIndexBytes = 16 << 20
+
+var gramFileName = regexp.MustCompile(`^(?:blk\.(0|[1-9][0-9]{0,5})|output)\.gram$`)
+
+// HessianSet reads the input Gram matrices written by Calibrate (OUT/hessians): For returns
+// the Hessian proxy H = E[x xᵀ] of a weight's input. Files are opened per call and every
+// field is checked, so the set may be used from several goroutines.
+type HessianSet struct {
+	// Dir is the hessians directory; Run the run id; CalibrationHash and Tokens describe the
+	// calibration set; Bytes is the total size of the Gram files.
+	Dir             string
+	Run             string
+	CalibrationHash string
+	Tokens          int64
+	Bytes           int64
+
+	weights map[string]hessRef
+	mu      sync.Mutex
+	cache   [2]struct { // by kind: the last full matrix and the last diagonals read
+		key  string
+		vals []float32
+	}
+}
+
+type hessRef struct {
+	ix *gramIndex
+	w  gramWeight
+}
+
+// OpenHessians opens the Gram files of dir (a calibration's hessians directory) through its
+// index file: every listed file must be a regular file of the listed size carrying the index's
+// run id, and its structure is validated (values are read and checked by For).
+func OpenHessians(dir string) (*HessianSet, error) {
+	ipath := filepath.Join(dir, HessianIndexFile)
+	b, err := readHessianIndex(ipath)
+	if err != nil {
+		return nil, err
+	}
+	var idx hessianIndex
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&idx); err != nil {
+		return nil, fmt.Errorf("calib: %s: %w", ipath, err)
+	}
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("calib: %s: %s", ipath, fmt.Sprintf(format, a...))
+	}
+	if idx.Format != HessianIndexFormat || idx.Version != GramVersion {
+		return nil, bad("format %q version %d, want %q version %d", idx.Format, idx.Version, HessianIndexFormat, GramVersion)
+	}
+	run, err := hex.DecodeString(idx.Run)
+	if err != nil || len(run) != 32 {
+		return nil, bad("run id %q is not 64 hex digits", idx.Run)
+	}
+	if idx.Tokens < 0 || len(idx.Files) == 0 || len(idx.Files) > maxRoutingLayer+1 {
+		return nil, bad("%d tokens, %d files", idx.Tokens, len(idx.Files))
+	}
+	s := &HessianSet{Dir: dir, Run: idx.Run, CalibrationHash: idx.CalibrationHash, Tokens: idx.Tokens, weights: map[string]hessRef{}}
+	seen := map[string]bool{}
+	for _, fe := range idx.Files {
+		m := gramFileName.FindStringSubmatch(fe.Name)
+		if m == nil {
+			return nil, bad("file name %q is not blk.N.gram or output.gram", fe.Name)
+		}
+		layer := -1
+		if m[1] != "" {
+			layer, _ = strconv.Atoi(m[1])
+		}
+		if seen[fe.Name] || fe.Layer != layer || fe.Bytes <= 0 {
+			return nil, bad("file %q: repeated, or layer %d / size %d do not fit", fe.Name, fe.Layer, fe.Bytes)
+		}
+		seen[fe.Name] = true
+		ix, err := openGramIndex(filepath.Join(dir, fe.Name))
+		if err != nil {
+			return nil, err
+		}
+		if ix.size != fe.Bytes {
+			return nil, fmt.Errorf("calib: Gram file %s: %d bytes, the index lists %d (a different or unfinished calibration?)", ix.path, ix.size, fe.Bytes)
+		}
+		if !bytes.Equal(ix.run[:], run) {
+			return nil, fmt.Errorf("calib: Gram file %s: run id %x, the index's is %s (a file of another calibration)", ix.path, ix.run, idx.Run)
+		}
+		if ix.layer != layer {
+			return nil, fmt.Errorf("calib: Gram file %s: holds layer %d", ix.path, ix.layer)
+		}
+		for _, w := range ix.weights {
+			if _, dup := s.weights[w.name]; dup {
+				return nil, fmt.Errorf("calib: Gram file %s: weight %s is also in another file", ix.path, w.name)
+			}
+			s.weights[w.name] = hessRef{ix: ix, w: w}
+		}
+		s.Bytes += ix.size
+	}
+	return s, nil
+}
+
+// readHessianIndex reads the index file (a regular file of at most 16 MiB).
+func readHessianIndex(path string) ([]byte, error) {
+	f, size, err := openHessianFile(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if size > maxHessianIndexBytes {
+		return nil, fmt.Errorf("calib: %s: %d bytes is too large for a Gram index", path, size)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, size))
+	if err != nil {
+		return nil, fmt.Errorf("calib: %s: %w", path, err)
+	}
+	return b, nil
+}
+
+// openGramIndex parses the structure of one Gram file.
+func openGramIndex(path string) (*gramIndex, error) {
+	f, size, err := openHessianFile(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return parseGram(f, size, path)
+}
+
+// Names lists the weights that have an entry, sorted.
+func (s *HessianSet) Names() []string {
+	out := make([]string, 0, len(s.weights))
+	for k := range s.weights {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// For returns H = G/n, the mean of x xᵀ over the n calibration rows fed to the input of weight
+// tensorName (GGUF name), as a symmetric matrix of its input's columns (both triangles set).
+// expert is -1 for non-expert weights, the expert index for a stacked expert tensor
+// (*_exps): its H is reconstructed from the layer's all-token Gram matrix and the expert's
+// own diagonal (see docs/calibration.md, "MoE experts"). ok is false, with a nil error, when
+// the weight has no entry, only a diagonal was stored (inputs over the column limit or the
+// memory budget, routed experts' down projections) or no row reached it.
+func (s *HessianSet) For(tensorName string, expert int) (*mat.SymDense, bool, error) {
+	ref, found := s.weights[tensorName]
+	if !found {
+		return nil, false, nil
+	}
+	ix, w := ref.ix, ref.w
+	if expert < 0 {
+		if w.input < 0 {
+			return nil, false, fmt.Errorf("calib: hessians: %s is an expert tensor: pass an expert index", tensorName)
+		}
+		if w.experts >= 0 {
+			return nil, false, fmt.Errorf("calib: hessians: %s is an expert tensor: pass an expert index", tensorName)
+		}
+		in := ix.inputs[w.input]
+		if in.kind != GramFull || in.counts[0] == 0 {
+			return nil, false, nil
+		}
+		g, err := s.values(ix, w.input)
+		if err != nil {
+			return nil, false, err
+		}
+		n := in.cols
+		inv := 1 / float64(in.counts[0])
+		data := make([]float64, n*n)
+		for i := 0; i < n; i++ {
+			row := g[packedRow(n, i) : packedRow(n, i)+n-i]
+			for k, v := range row {
+				j := i + k
+				h := float64(v) * inv
+				data[i*n+j] = h
+				data[j*n+i] = h
+			}
+		}
+		return mat.NewSymDense(n, data), true, nil
+	}
+	if w.experts < 0 {
+		return nil, false, fmt.Errorf("calib: hessians: %s is not an expert tensor (expert %d)", tensorName, expert)
+	}
+	ex := ix.inputs[w.experts]
+	if expert >= len(ex.counts) {
+		return nil, false, fmt.Errorf("calib: hessians: %s: expert %d of %d", tensorName, expert, len(ex.counts))
+	}
+	if w.input < 0 || ix.inputs[w.input].kind != GramFull || ix.inputs[w.input].counts[0] == 0 || ex.counts[expert] == 0 {
+		return nil, false, nil
+	}
+	g, err := s.values(ix, w.input)
+	if err != nil {
+		return nil, false, err
+	}
+	n := ex.cols
+	dall, err := s.values(ix, w.experts)
+	if err != nil {
+		return nil, false, err
+	}
+	ne := float64(ex.counts[expert])
+	d := make([]float64, n)
+	for c := range d {
+		d[c] = float64(dall[expert*n+c]) / ne
+	}
+	return expertHessian(g, n, d, ne), true, nil
+}
+
+// ExpertShrinkage is λ of the MoE reconstruction for an expert with ne rows and cols columns:
+// 1 from cols rows on, ne/(ne+cols) below.
+func ExpertShrinkage(ne float64, cols int) float64 {
+	if ne >= float64(cols) {
+		return 1
+	}
+	return ne / (ne + float64(cols))
+}
+
+// expertHessian builds H_e = λ·D^½ C D^½ + (1−λ)·D from the all-token Gram matrix g (packed
+// upper triangle), the expert's mean squares d and its row count ne: C is g's correlation
+// matrix (C_ij = G_ij/√(G_ii G_jj); a column that is zero for every token correlates with
+// nothing).
+func expertHessian(g []float32, n int, d []float64, ne float64) *mat.SymDense {
+	lambda := ExpertShrinkage(ne, n)
+	isd := make([]float64, n) // 1/√G_ii, 0 for a dead column
+	sd := make([]float64, n)  // √d_i
+	for i := 0; i < n; i++ {
+		if gi := float64(g[packedRow(n, i)]); gi > 0 {
+			isd[i] = 1 / math.Sqrt(gi)
+		}
+		sd[i] = math.Sqrt(d[i])
+	}
+	data := make([]float64, n*n)
+	for i := 0; i < n; i++ {
+		data[i*n+i] = d[i]
+		row := g[packedRow(n, i) : packedRow(n, i)+n-i]
+		for k := 1; k < len(row); k++ {
+			j := i + k
+			c := float64(row[k]) * isd[i] * isd[j]
+			h := lambda * sd[i] * sd[j] * c
+			data[i*n+j] = h
+			data[j*n+i] = h
+		}
+	}
+	return mat.NewSymDense(n, data)
+}
+
+// values returns the checked values of input i of a file (the last full matrix and the last
+// diagonals read are cached: q, k and v, or the experts of one layer, share theirs).
+func (s *HessianSet) values(ix *gramIndex, i int) ([]float32, error) {
+	in := ix.inputs[i]
+	key := fmt.Sprintf("%s\x00%d", ix.path, i)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := &s.cache[in.kind]
+	if c.key == key {
+		return c.vals, nil
+	}
+	f, size, err := openHessianFile(ix.path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if size != ix.size {
+		return nil, fmt.Errorf("calib: Gram file %s changed since it was opened (%d bytes, was %d)", ix.path, size, ix.size)
+	}
+	var run [32]byte
+	if n, _ := f.ReadAt(run[:], 16); n != 32 || run != ix.run {
+		return nil, fmt.Errorf("calib: Gram file %s changed since it was opened (run id)", ix.path)
+	}
+	vals := make([]float32, in.nvals)
+	if err := readGramValues(f, ix, in, vals); err != nil {
+		return nil, err
+	}
+	c.key, c.vals = key, vals
+	return vals, nil
+}
