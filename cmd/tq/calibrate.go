@@ -79,7 +79,7 @@ An interrupted run resumes from its last finished block (checkpoint in OUT/.tq-c
 	fl.StringVar(&f.kvDType, "kv-cache-dtype", calib.DefaultKVCacheDType, "KV cache type recorded for the runtime (f16, q8_0, q4_0, ...)")
 	fl.StringVar(&f.method, "calibration-method", calib.MethodMSE, "search objective: mse (importance-weighted squared error)")
 	fl.StringSliceVar(&f.layers, "layers-to-quantize", calib.DefaultLayersToQuantize, "module roles, HF module names or GGUF names stored in weight-dtype")
-	fl.StringSliceVar(&f.skip, "skip-layers", calib.DefaultSkipLayers, "layers kept in F16 (must include lm_head)")
+	fl.StringSliceVar(&f.skip, "skip-layers", calib.DefaultSkipLayers, "layers kept out of int4: lm_head F16, the others Q8_0 (must include lm_head)")
 	fl.StringVar(&f.memBudget, "memory-budget", "", "bound on memory (e.g. 16G, 512M): hidden states beyond it are spilled to disk")
 	fl.IntVar(&f.threads, "threads", 0, "worker threads (0 = all CPUs)")
 	fl.IntVar(&f.maxLen, "max-length", 4096, "truncate calibration sequences to this many tokens (0 = no limit)")

@@ -18,6 +18,7 @@ import (
 
 type convertFlags struct {
 	out, outType, config, embType, imatrix, outputType, tokEmbType, name string
+	calibration                                                          string
 	targetBPW                                                            float64
 	maxSize, splitMaxSize                                                string
 	splitMaxTensors, threads                                             int
@@ -46,11 +47,18 @@ Tensor types:
   --target-bpw/--max-size  choose per-tensor types to meet a size budget with the least
                        predicted error (calibration importance when available)
 
+Calibration: --calibration DIR takes everything tq calibrate wrote to DIR: the policy
+(quantize_config.json, for --use-turboquant), the importance matrix, and the input Gram
+matrices (hessians/), with which every quantized tensor is encoded by an error-compensating
+search (GPTQ-style, inside the same ggml block formats). --imatrix takes a llama.cpp imatrix.
+
 Streaming: memory stays bounded whatever the model size; the output is written atomically
 (and split with --split-max-size, with a SHA256SUMS manifest). Ctrl-C leaves no partial file.`,
 		Example: `  tq convert ./Qwen3-0.6B -o qwen3-f16.gguf --outtype f16
   tq convert ./Qwen3-0.6B -o qwen3-q4km.gguf --outtype q4_k_m --imatrix imatrix.gguf
   tq convert ./Qwen3-0.6B --use-turboquant -o model.gguf
+  tq convert ./Qwen3-0.6B --use-turboquant --calibration calib/ -o model.gguf
+  tq convert ./Qwen3-0.6B --outtype q4_k_m --calibration calib/ -o qwen3-q4km.gguf
   tq convert ./Qwen3-0.6B --use-turboquant --config calib/quantize_config.json --dry-run
   tq convert ./Llama-3-8B -o llama.gguf --target-bpw 4.5 --split-max-size 5G`,
 		Args: cobra.ExactArgs(1),
@@ -66,6 +74,7 @@ Streaming: memory stays bounded whatever the model size; the output is written a
 	fl.BoolVar(&f.force, "force", false, "accept a turboquant config whose skip_layers lacks lm_head")
 	fl.StringVar(&f.embType, "embedding-type", "", "turboquant: type of token_embd.weight (default q8_0)")
 	fl.StringVar(&f.imatrix, "imatrix", "", "llama.cpp importance matrix (imatrix.gguf or .dat)")
+	fl.StringVar(&f.calibration, "calibration", "", "the folder tq calibrate wrote: its quantize_config.json (turboquant), imatrix and input Gram matrices (error-compensating search)")
 	fl.StringArrayVar(&f.overrides, "tensor-type", nil, "PATTERN=TYPE: force the type of tensors whose name matches the regexp (repeatable)")
 	fl.BoolVar(&f.pure, "pure", false, "presets: disable the mixture rules (one type for all quantized tensors)")
 	fl.StringVar(&f.outputType, "output-tensor-type", "", "presets: type of output.weight")
@@ -103,6 +112,10 @@ func runConvert(cmd *cobra.Command, dir string, f *convertFlags) error {
 	}
 	stderr := cmd.ErrOrStderr()
 	opts.Warn = func(msg string) { fmt.Fprintln(stderr, "warning:", msg) }
+	calibUsed, err := calibrationInputs(f.calibration, &opts)
+	if err != nil {
+		return err
+	}
 	if f.dryRun {
 		plan, err := convert.PlanConvert(dir, opts)
 		if err != nil {
@@ -119,7 +132,7 @@ func runConvert(cmd *cobra.Command, dir string, f *convertFlags) error {
 		abs, _ := filepath.Abs(dir)
 		out = filepath.Base(abs) + "-" + strings.ToLower(t) + ".gguf"
 	}
-	inputs := append(hfInputs(dir), f.imatrix)
+	inputs := append(append(hfInputs(dir), f.imatrix), calibUsed...)
 	if f.turbo {
 		inputs = append(inputs, turboInputs(dir, f.config)...)
 	}

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/tq-project/tq/calib"
+	"github.com/tq-project/tq/internal/convert"
+)
+
+// calibrationInputs applies --calibration DIR (what tq calibrate wrote) to the convert
+// options: its quantize_config.json for --use-turboquant (unless --config is given), its
+// imatrix.gguf as importance (unless --imatrix is given), and its hessians/ for the
+// error-compensating search. It returns the files it uses, for the output-is-input check.
+func calibrationInputs(dir string, opts *convert.Options) ([]string, error) {
+	if dir == "" {
+		return nil, nil
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("--calibration: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("--calibration %s: not a directory (give the folder tq calibrate wrote)", dir)
+	}
+	var used []string
+	if opts.TurboQuant && opts.ConfigPath == "" {
+		opts.ConfigPath = filepath.Join(dir, calib.ConfigFile)
+		used = append(used, opts.ConfigPath)
+	}
+	if opts.IMatrixPath == "" {
+		p := filepath.Join(dir, calib.IMatrixFile)
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("--calibration %s: no %s (run tq calibrate with -o %s): %w", dir, calib.IMatrixFile, dir, err)
+		}
+		opts.IMatrixPath = p
+		used = append(used, p)
+	}
+	hdir := filepath.Join(dir, calib.HessianDir)
+	if _, err := os.Stat(filepath.Join(hdir, calib.HessianIndexFile)); err != nil {
+		if opts.Warn != nil {
+			opts.Warn(fmt.Sprintf("--calibration %s has no %s/ (calibrated with --no-hessians?): importance-weighted search only", dir, calib.HessianDir))
+		}
+		return used, nil
+	}
+	hs, err := calib.OpenHessians(hdir)
+	if err != nil {
+		return nil, fmt.Errorf("--calibration: %w", err)
+	}
+	opts.Hessians = calibHessians{hs}
+	return append(used, hdir), nil
+}
+
+// calibHessians serves convert.HessianSource from a calibration's hessians/.
+type calibHessians struct{ s *calib.HessianSet }
+
+func (c calibHessians) Gram(tensor string, m int) ([]float64, int, bool, error) {
+	expert := -1
+	if strings.Contains(tensor, "_exps.") {
+		expert = m
+	}
+	h, ok, err := c.s.For(tensor, expert)
+	if err != nil || !ok {
+		return nil, 0, false, err
+	}
+	n := h.SymmetricDim()
+	g := make([]float64, n*n)
+	for i := 0; i < n; i++ {
+		for j := 0; j < n; j++ {
+			g[i*n+j] = h.At(i, j)
+		}
+	}
+	return g, n, true, nil
+}
