@@ -12,6 +12,14 @@
 //   {"op":"info","model":"x.gguf"} -> {"vocab":n, "train_ctx":n}
 //   {"op":"bench","model":"x.gguf","prompt":N,"gen":M,"threads":T,"ctx":512} -> {"prompt_ms":x,"gen_ms":y}
 //          wall time of one N-token prompt batch and of M single-token greedy decode steps
+//   {"op":"logprobs","model":"x.gguf","sequences":[[...],...],"vocab":n,"threads":1,"ctx":256,"kvType":"F32"}
+//       -> {"vocab":n,"sequences":["base64",...]}  for every position i of every sequence
+//          (each evaluated from an empty context), the natural log of llama.cpp's next-token
+//          probability of every vocabulary id after tokens[0..i]: little-endian float64,
+//          position-major (len(seq) x vocab), -Infinity where the float32 probability is 0.
+//          The probabilities are those of the "probs" op (temperature 1, no truncation);
+//          vocab defaults to the number of probabilities at the first position. kvType (any
+//          request; default: node-llama-cpp's F16) sets the KV cache type of the context.
 //   {"op":"batch","threads":1,"requests":[req,...]} -> {"results":[resp,...]}  several requests in
 //          one process (saves the ~2 s start-up per request); each result is the response of
 //          the request at the same index.
@@ -49,7 +57,8 @@ const handle = async (llama, req) => {
   } else if (req.op === "info") {
     out = { vocab: model.tokens.bos === undefined ? null : null, train_ctx: model.trainContextSize };
   } else {
-    const ctx = await model.createContext({ contextSize: req.ctx || 512, threads: req.threads || 1, batchSize: req.ctx || 512, flashAttention: false });
+    const kv = req.kvType ? { experimentalKvCacheKeyType: req.kvType, experimentalKvCacheValueType: req.kvType } : {};
+    const ctx = await model.createContext({ contextSize: req.ctx || 512, threads: req.threads || 1, batchSize: req.ctx || 512, flashAttention: false, ...kv });
     const seq = ctx.getSequence();
     if (req.op === "probs") {
       const want = new Set(req.positions ?? [req.tokens.length - 1]);
@@ -63,6 +72,27 @@ const handle = async (llama, req) => {
         probs.push({ pos: i, top });
       }
       out = { probs };
+    } else if (req.op === "logprobs") {
+      let vocab = req.vocab || 0;
+      const seqs = [];
+      for (const toks of req.sequences) {
+        if (toks.length > (req.ctx || 512)) throw new Error(`sequence of ${toks.length} tokens > ctx ${req.ctx || 512}`);
+        await seq.clearHistory();
+        const input = toks.map((t) => [t, { generateNext: { probabilities: true, options: { temperature: 1, topK: 0, topP: 1, minP: 0 } } }]);
+        const res = await seq.controlledEvaluate(input);
+        if (!vocab) vocab = res[0].next.probabilities.size;
+        const lp = new Float64Array(toks.length * vocab).fill(-Infinity);
+        for (let i = 0; i < toks.length; i++) {
+          if (!res[i]) throw new Error(`no output at position ${i}`);
+          if (res[i].next.probabilities.size > vocab) throw new Error(`position ${i}: ${res[i].next.probabilities.size} probabilities > vocab ${vocab}`);
+          for (const [tok, p] of res[i].next.probabilities) {
+            if (tok < 0 || tok >= vocab) throw new Error(`token ${tok} outside the vocabulary ${vocab}`);
+            lp[i * vocab + tok] = Math.log(p);
+          }
+        }
+        seqs.push(Buffer.from(lp.buffer).toString("base64"));
+      }
+      out = { vocab, sequences: seqs };
     } else if (req.op === "greedy") {
       const gen = [];
       let input = req.tokens.slice();
