@@ -78,18 +78,8 @@ type budgetTensor struct {
 	at   int
 }
 
-// applyBudget replaces the free decisions by the budget solver's choice.
-func applyBudget(p *Plan, model policy.Model, ts []policy.Tensor, ds []policy.Decision, plans []*tensorPlan,
-	imp *importanceLookup, opts *Options) ([]policy.Decision, error) {
-	reads := make([]func(r0, n int64, dst []float32) error, len(plans))
-	rpm := make([]int64, len(plans))
-	for i, tp := range plans {
-		reads[i] = tp.read
-		rpm[i] = tp.rowsPerMatrix
-	}
-	return solveBudget(p, ts, ds, reads, rpm, imp, opts)
-}
-
+// solveBudget replaces the free decisions by the budget solver's choice. reads[i] reads rows
+// of ts[i]; rowsPerMatrix[i] is the rows of one of its matrices.
 func solveBudget(p *Plan, ts []policy.Tensor, ds []policy.Decision, reads []func(r0, n int64, dst []float32) error,
 	rowsPerMatrix []int64, imp *importanceLookup, opts *Options) ([]policy.Decision, error) {
 	if opts.TargetBPW < 0 || opts.MaxSize < 0 {

@@ -1,14 +1,12 @@
-// Package convert turns a Hugging Face model folder (config.json, *.safetensors, tokenizer) into
-// a GGUF file that llama.cpp loads unchanged, and requantizes GGUF files.
+// Package convert turns a model into a GGUF file that llama.cpp loads unchanged: a Hugging
+// Face folder read through internal/modelsrc (Convert), or a GGUF file (Requantize).
 //
-// Architecture knowledge lives in one file per architecture (arch_*.go: tensor names, q/k
-// permutation, expert stacking, metadata keys, exactly as llama.cpp's convert_hf_to_gguf.py
-// writes them). The type of every tensor comes from internal/convert/policy (llama.cpp presets,
-// turboquant, size budgets). The pipeline streams: tensors are read row-chunk by row-chunk with
-// pread (BF16/F16/F32/FP8 with block scales decoded on the fly), encoded by a pool of goroutines
-// and written in order through gguf.Writer (atomic, optionally split, SHA256SUMS), so memory
-// stays bounded whatever the model size. OpenHFAsGGUF exposes an HF folder as GGUF-named float32
-// tensors for the runner.
+// It plans and writes. The type of every tensor comes from internal/convert/policy (llama.cpp
+// presets, turboquant) and the size budget (budget.go); the output metadata is the source's
+// plus the type and provenance keys. The pipeline streams: tensors are read row-chunk by
+// row-chunk from the source, encoded by a pool of goroutines and written in order through
+// gguf.Writer (atomic, optionally split, SHA256SUMS), so memory stays bounded whatever the
+// model size.
 package convert
 
 import (
@@ -24,6 +22,8 @@ import (
 
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/internal/convert/policy"
+	"github.com/tq-project/tq/internal/imatrix"
+	"github.com/tq-project/tq/internal/modelsrc"
 	"github.com/tq-project/tq/internal/safetensors"
 	"github.com/tq-project/tq/quant"
 )
@@ -105,62 +105,16 @@ func (o *Options) warn(p *Plan, format string, a ...any) {
 	}
 }
 
-// hfModel is an opened HF folder with its tensor plans.
-type hfModel struct {
-	dir   string
-	h     *hparams
-	ctx   *archCtx
-	st    *safetensors.Model
-	plans []*tensorPlan
-	// srcDType is the dominant checkpoint dtype of 2-D weights (for --outtype auto).
-	srcDType safetensors.DType
-}
-
-func openHF(dir string) (*hfModel, error) {
-	h, err := loadHParams(dir)
-	if err != nil {
-		return nil, err
-	}
-	a, _, err := findArch(h)
-	if err != nil {
-		return nil, err
-	}
-	c, err := newArchCtx(h, a)
-	if err != nil {
-		return nil, err
-	}
-	st, err := safetensors.Open(dir)
-	if err != nil {
-		return nil, fmt.Errorf("model folder %s: %w", dir, err)
-	}
-	plans, err := buildPlans(c, st)
-	if err != nil {
-		st.Close()
-		return nil, err
-	}
-	m := &hfModel{dir: dir, h: h, ctx: c, st: st, plans: plans, srcDType: safetensors.F16}
-	// first >=2-D BF16/F16 tensor decides --outtype auto (F32 tensors are skipped)
-	for _, ti := range st.Tensors() {
-		if len(ti.Shape) >= 2 && (ti.DType == safetensors.BF16 || ti.DType == safetensors.F16) {
-			m.srcDType = ti.DType
-			break
-		}
-	}
-	return m, nil
-}
-
-func (m *hfModel) Close() error { return m.st.Close() }
-
 // Convert converts the HF model folder dir into the GGUF file out (or shards next to it).
 // On any error, or when ctx is cancelled, nothing named like the output is left behind.
 func Convert(ctx context.Context, dir, out string, opts Options) (*Result, error) {
 	start := time.Now()
-	m, err := openHF(dir)
+	src, err := modelsrc.OpenHF(dir)
 	if err != nil {
 		return nil, err
 	}
-	defer m.Close()
-	plan, err := planHF(m, &opts)
+	defer src.Close()
+	plan, err := planHF(src, &opts)
 	if err != nil {
 		return nil, err
 	}
@@ -176,18 +130,26 @@ func Convert(ctx context.Context, dir, out string, opts Options) (*Result, error
 
 // PlanConvert computes what Convert would write without writing anything (--dry-run).
 func PlanConvert(dir string, opts Options) (*Plan, error) {
-	m, err := openHF(dir)
+	src, err := modelsrc.OpenHF(dir)
 	if err != nil {
 		return nil, err
 	}
-	defer m.Close()
-	return planHF(m, &opts)
+	defer src.Close()
+	return planHF(src, &opts)
+}
+
+// ImportanceSource supplies per-column importance weights (the mean squared input activation
+// of every input column, as llama.cpp's imatrix holds them) for a GGUF tensor. expert is the
+// index of the matrix inside a stacked 3-D tensor (ffn_*_exps), 0 for ordinary 2-D weights.
+// The calibration stage implements it; so does imatrix.Means for GGUF imatrix files.
+type ImportanceSource interface {
+	Importance(ggufTensorName string, expert int) ([]float32, bool)
 }
 
 // importanceLookup resolves the importance of a tensor's matrices from the configured sources.
 type importanceLookup struct {
 	src ImportanceSource
-	im  *IMatrix
+	im  *imatrix.Means
 }
 
 func (l *importanceLookup) enabled() bool { return l != nil && (l.src != nil || l.im != nil) }
@@ -233,7 +195,7 @@ func (o *Options) loadImportance(p *Plan, configImatrix string) (*importanceLook
 		path = configImatrix
 	}
 	if path != "" {
-		im, err := LoadIMatrix(path)
+		im, err := imatrix.LoadMeans(path)
 		if err != nil {
 			return nil, err
 		}
@@ -244,10 +206,10 @@ func (o *Options) loadImportance(p *Plan, configImatrix string) (*importanceLook
 	return l, nil
 }
 
-func policyTensors(plans []*tensorPlan) []policy.Tensor {
-	ts := make([]policy.Tensor, len(plans))
-	for i, p := range plans {
-		ts[i] = policy.Tensor{Name: p.name, Shape: p.shape, Sources: trimWeight(p.sources)}
+func policyTensors(descs []modelsrc.TensorDesc) []policy.Tensor {
+	ts := make([]policy.Tensor, len(descs))
+	for i, d := range descs {
+		ts[i] = policy.Tensor{Name: d.Name, Shape: d.Shape, Sources: trimWeight(d.Sources)}
 		ts[i].Type = policy.ConverterFloatType(ts[i], gguf.TypeF16)
 	}
 	return ts
@@ -261,27 +223,50 @@ func trimWeight(s []string) []string {
 	return out
 }
 
-func planHF(m *hfModel, opts *Options) (*Plan, error) {
-	c := m.ctx
-	p := &Plan{Input: m.dir, Arch: c.arch.name}
-	md, err := hfMetadata(m, opts)
-	if err != nil {
-		return nil, err
+// rowsOf returns the number of rows of a ggml shape (a row has shape[0] elements) and the
+// rows of one matrix (shape[1]; a stacked 3-D tensor holds shape[2] matrices).
+func rowsOf(shape []int64) (rows, perMatrix int64) {
+	rows, perMatrix = 1, 1
+	for _, d := range shape[min(1, len(shape)):] {
+		rows *= d
 	}
-	p.metadata = md
-	for _, tp := range m.plans {
-		if strings.Contains(tp.name, "_shexp") && !c.arch.sharedExperts {
-			opts.warn(p, "the checkpoint has shared-expert tensors (%s, ...): llama.cpp's %s architecture has no shared experts and will refuse this file", tp.name, c.arch.name)
+	if len(shape) >= 2 {
+		perMatrix = shape[1]
+	}
+	return rows, perMatrix
+}
+
+// outputMetadata is the source's metadata without the keys the planner sets once the types
+// are known (general.file_type, general.quantization_version), with general.name replaced
+// when name is set.
+func outputMetadata(src gguf.Metadata, name string) gguf.Metadata {
+	md := src.Clone()
+	md.Delete("general.file_type")
+	md.Delete("general.quantization_version")
+	if name != "" {
+		md.Set("general.name", gguf.String(name))
+	}
+	return md
+}
+
+func planHF(src *modelsrc.HFSource, opts *Options) (*Plan, error) {
+	info := src.Info()
+	descs := src.Tensors()
+	p := &Plan{Input: info.Dir, Arch: info.Arch}
+	p.metadata = outputMetadata(src.Metadata(), opts.Name)
+	for _, d := range descs {
+		if strings.Contains(d.Name, "_shexp") && !info.SharedExperts {
+			opts.warn(p, "the checkpoint has shared-expert tensors (%s, ...): llama.cpp's %s architecture has no shared experts and will refuse this file", d.Name, info.Arch)
 			break
 		}
 	}
-	if c.skipped > 0 {
-		opts.warn(p, "skipped %d vision/audio tensor(s) (e.g. %s): the GGUF holds the text model only; llama.cpp's converter writes the multimodal tower to a separate mmproj file, which tq does not produce", c.skipped, c.skippedExample)
+	if info.Skipped > 0 {
+		opts.warn(p, "skipped %d vision/audio tensor(s) (e.g. %s): the GGUF holds the text model only; llama.cpp's converter writes the multimodal tower to a separate mmproj file, which tq does not produce", info.Skipped, info.SkippedExample)
 	}
-	ts := policyTensors(m.plans)
-	model := policy.Model{Arch: c.arch.name, NLayer: int(c.nBlocks()), NHead: int(c.nHead), NHeadKV: int(c.nHeadKV), NExpert: int(c.nExpert)}
+	ts := policyTensors(descs)
+	model := policy.Model{Arch: info.Arch, NLayer: info.Blocks, NHead: info.Heads, NHeadKV: info.HeadsKV, NExpert: info.Experts}
 
-	decisions, ftype, cfgImatrix, err := decide(p, model, ts, opts, m.srcDType, m.dir)
+	decisions, ftype, cfgImatrix, err := decide(p, model, ts, opts, info.SourceDType, info.Dir)
 	if err != nil {
 		return nil, err
 	}
@@ -289,8 +274,15 @@ func planHF(m *hfModel, opts *Options) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
+	reads := make([]func(r0, n int64, dst []float32) error, len(descs))
+	rpm := make([]int64, len(descs))
+	for i, d := range descs {
+		name := d.Name
+		reads[i] = func(r0, n int64, dst []float32) error { return src.ReadRows(name, r0, n, dst) }
+		_, rpm[i] = rowsOf(d.Shape)
+	}
 	if opts.TargetBPW > 0 || opts.MaxSize > 0 {
-		decisions, err = applyBudget(p, model, ts, decisions, m.plans, imp, opts)
+		decisions, err = solveBudget(p, ts, decisions, reads, rpm, imp, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -301,10 +293,11 @@ func planHF(m *hfModel, opts *Options) (*Plan, error) {
 	p.metadata.Set("general.file_type", gguf.Uint32(uint32(ftype)))
 	p.metadata.Set("general.quantization_version", gguf.Uint32(2))
 
-	for i, tp := range m.plans {
+	for i, td := range descs {
 		d := decisions[i]
-		j := &job{name: tp.name, shape: tp.shape, rows: tp.rows, cols: tp.cols, rowsPerMatrix: tp.rowsPerMatrix,
-			typ: d.Type, read: tp.read}
+		rows, _ := rowsOf(td.Shape)
+		j := &job{name: td.Name, shape: td.Shape, rows: rows, cols: ts[i].Cols(), rowsPerMatrix: rpm[i],
+			typ: d.Type, read: reads[i]}
 		if opts.Improved || d.Weighted {
 			j.mode = quant.ModeImproved
 		}
@@ -318,12 +311,8 @@ func planHF(m *hfModel, opts *Options) (*Plan, error) {
 		if err != nil {
 			return nil, err
 		}
-		src := "F32"
-		if len(tp.parts) > 0 {
-			src = tp.parts[0].src.info.DType.String()
-		}
-		p.Tensors = append(p.Tensors, PlanTensor{Name: tp.name, Type: d.Type.String(), Shape: tp.shape, Bytes: nb,
-			Rule: d.Rule, SourceType: src, Sources: tp.sources, Importance: j.importance != nil, Hessian: j.hessian != nil})
+		p.Tensors = append(p.Tensors, PlanTensor{Name: td.Name, Type: d.Type.String(), Shape: td.Shape, Bytes: nb,
+			Rule: d.Rule, SourceType: td.SourceType, Sources: td.Sources, Importance: j.importance != nil, Hessian: j.hessian != nil})
 		if d.Fallback {
 			p.Fallbacks++
 		}

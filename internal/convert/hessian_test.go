@@ -10,6 +10,7 @@ import (
 
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/internal/fixtures"
+	"github.com/tq-project/tq/internal/modelsrc"
 	"github.com/tq-project/tq/quant"
 )
 
@@ -92,7 +93,7 @@ func TestConvertUsesHessians(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	hf, err := OpenHFAsGGUF(dir)
+	hf, err := modelsrc.OpenHF(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/tq-project/tq/infer"
 	"github.com/tq-project/tq/internal/convert"
 	"github.com/tq-project/tq/internal/fixtures"
+	"github.com/tq-project/tq/internal/modelsrc"
 )
 
 func genFixture(t *testing.T, o fixtures.Options) string {
@@ -28,10 +29,10 @@ func genFixture(t *testing.T, o fixtures.Options) string {
 	return dir
 }
 
-// hfInferSource serves an HF folder to the runner through convert.OpenHFAsGGUF (F32 tensors).
+// hfInferSource serves an HF folder to the runner through modelsrc.OpenHF (F32 tensors).
 func hfInferSource(t *testing.T, dir string) *infer.MapSource {
 	t.Helper()
-	src, err := convert.OpenHFAsGGUF(dir)
+	src, err := modelsrc.OpenHF(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func evalAll(t *testing.T, src infer.Source, tokens []int32) [][]float32 {
 var parityTokens = []int32{1, 17, 300, 42, 5, 900, 77, 1200}
 
 // "HF-folder forward equals the F32 GGUF forward": the runner gives bit-identical logits on the
-// HF folder served by OpenHFAsGGUF and on the F32 GGUF convert writes.
+// HF folder served by modelsrc.OpenHF and on the F32 GGUF convert writes.
 func TestHFForwardEqualsF32GGUF(t *testing.T) {
 	for _, arch := range fixtures.Arches {
 		t.Run(arch, func(t *testing.T) {

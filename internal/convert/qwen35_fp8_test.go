@@ -9,6 +9,7 @@ import (
 
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/internal/fixtures"
+	"github.com/tq-project/tq/internal/modelsrc"
 	"github.com/tq-project/tq/internal/safetensors"
 	"github.com/tq-project/tq/quant"
 )
@@ -102,7 +103,7 @@ func TestHybridFP8ConvertExactValues(t *testing.T) {
 				}
 				for name, r := range ref {
 					got, mt := ggufFloats(t, m, name)
-					if !equalShape(shapeOf(mt), r.shape) {
+					if !modelsrc.EqualShape(shapeOf(mt), r.shape) {
 						t.Errorf("%s %s: shape %v, want %v", ot, name, shapeOf(mt), r.shape)
 						continue
 					}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/internal/fixtures"
+	"github.com/tq-project/tq/internal/modelsrc"
 	"github.com/tq-project/tq/internal/safetensors"
 	"github.com/tq-project/tq/quant"
 )
@@ -224,7 +225,7 @@ func hybridVariants() []struct {
 
 // The F32 and F16 outputs hold exactly the values llama.cpp's converter computes: +1 on the
 // (1+w) RMSNorm weights, -exp(A_log), squeezed conv1d, value heads tiled, MTP block renamed,
-// experts split or stacked, vision tower dropped; OpenHFAsGGUF serves the same values.
+// experts split or stacked, vision tower dropped; modelsrc.OpenHF serves the same values.
 func TestHybridConvertExactValues(t *testing.T) {
 	vs := hybridVariants()
 	if !fullTests() {
@@ -234,7 +235,7 @@ func TestHybridConvertExactValues(t *testing.T) {
 		t.Run(v.name, func(t *testing.T) {
 			dir := genModel(t, v.o)
 			ref := hybridReference(t, dir, v.o)
-			src, err := OpenHFAsGGUF(dir)
+			src, err := modelsrc.OpenHF(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -257,7 +258,7 @@ func TestHybridConvertExactValues(t *testing.T) {
 				}
 				for name, r := range ref {
 					got, mt := ggufFloats(t, m, name)
-					if !equalShape(shapeOf(mt), r.shape) {
+					if !modelsrc.EqualShape(shapeOf(mt), r.shape) {
 						t.Errorf("%s %s: shape %v, want %v", ot, name, shapeOf(mt), r.shape)
 						continue
 					}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/internal/convert/policy"
+	"github.com/tq-project/tq/internal/modelsrc"
 	"github.com/tq-project/tq/quant"
 )
 
@@ -239,7 +240,7 @@ func ggufReader(m *gguf.Model, mt gguf.ModelTensor) func(r0, n int64, dst []floa
 		}
 		for i, v := range dst {
 			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-				return &BadValueError{Tensor: mt.Name, Row: r0 + int64(i)/cols, Col: int64(i) % cols, Value: v}
+				return &modelsrc.BadValueError{Tensor: mt.Name, Row: r0 + int64(i)/cols, Col: int64(i) % cols, Value: v}
 			}
 		}
 		return nil
