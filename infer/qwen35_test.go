@@ -236,7 +236,7 @@ func TestHybridPromptEqualsDecode(t *testing.T) {
 				if q == "f32" {
 					src = hybridSource(t, arch)
 				} else {
-					g, err := OpenGGUF(convertFixture(t, hybridFixture(t, arch), convert.Options{OutType: q}))
+					g, err := OpenGGUF(convertFixture(t, hybridFixture(t, arch), convert.Options{Types: convert.TypeOptions{OutType: q}}))
 					if err != nil {
 						t.Fatal(err)
 					}

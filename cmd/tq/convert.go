@@ -85,24 +85,25 @@ Streaming: memory stays bounded whatever the model size; the output is written a
 
 func runConvert(cmd *cobra.Command, dir string, f *convertFlags) error {
 	opts := convert.Options{
-		OutType: f.outType, TurboQuant: f.turbo, ConfigPath: f.config, Force: f.force, EmbeddingType: f.embType,
-		IMatrixPath: f.imatrix, Overrides: f.overrides, Pure: f.pure, OutputTensorType: f.outputType,
-		TokenEmbeddingType: f.tokEmbType, Improved: f.improved, TargetBPW: f.targetBPW,
-		SplitMaxTensors: f.splitMaxTensors, NoManifest: f.noManifest, Threads: f.threads, Name: f.name,
+		Types: convert.TypeOptions{OutType: f.outType, TurboQuant: f.turbo, ConfigPath: f.config, Force: f.force,
+			EmbeddingType: f.embType, IMatrixPath: f.imatrix, Overrides: f.overrides, Pure: f.pure,
+			OutputTensorType: f.outputType, TokenEmbeddingType: f.tokEmbType, Improved: f.improved, TargetBPW: f.targetBPW},
+		Output:  convert.OutputOptions{SplitMaxTensors: f.splitMaxTensors, NoManifest: f.noManifest, Threads: f.threads},
+		Name:    f.name,
 		Version: tqVersion(),
 	}
 	if f.turbo && cmd.Flags().Changed("outtype") {
 		return fmt.Errorf("--outtype and --use-turboquant are exclusive")
 	}
 	var err error
-	if opts.MaxSize, err = parseSize(f.maxSize); err != nil {
+	if opts.Types.MaxSize, err = parseSize(f.maxSize); err != nil {
 		return fmt.Errorf("--max-size: %w", err)
 	}
-	if opts.SplitMaxSize, err = parseSize(f.splitMaxSize); err != nil {
+	if opts.Output.SplitMaxSize, err = parseSize(f.splitMaxSize); err != nil {
 		return fmt.Errorf("--split-max-size: %w", err)
 	}
 	stderr := cmd.ErrOrStderr()
-	opts.Warn = func(msg string) { fmt.Fprintln(stderr, "warning:", msg) }
+	opts.Report.Warn = func(msg string) { fmt.Fprintln(stderr, "warning:", msg) }
 	if f.dryRun {
 		plan, err := convert.PlanConvert(dir, opts)
 		if err != nil {
@@ -129,7 +130,7 @@ func runConvert(cmd *cobra.Command, dir string, f *convertFlags) error {
 	ctx, stop := signalContext()
 	defer stop()
 	bar := newProgress(stderr, "converting")
-	opts.Progress = bar.update
+	opts.Report.Progress = bar.update
 	res, err := convert.Convert(ctx, dir, out, opts)
 	bar.finish()
 	if err != nil {

@@ -59,19 +59,21 @@ func runQuantize(cmd *cobra.Command, in, out, typ string, f *quantizeFlags) erro
 		return fmt.Errorf("--include-weights and --exclude-weights cannot be combined")
 	}
 	opts := convert.RequantizeOptions{Options: convert.Options{
-		OutType: typ, IMatrixPath: f.imatrix, Overrides: f.overrides, Pure: f.pure, OutputTensorType: f.outputType,
-		TokenEmbeddingType: f.tokEmbType, LeaveOutput: f.leaveOutput, Improved: f.improved, TargetBPW: f.targetBPW,
-		Threads: f.threads, Version: tqVersion(), IMatrixInclude: f.include, IMatrixExclude: f.exclude,
+		Types: convert.TypeOptions{OutType: typ, IMatrixPath: f.imatrix, Overrides: f.overrides, Pure: f.pure,
+			OutputTensorType: f.outputType, TokenEmbeddingType: f.tokEmbType, LeaveOutput: f.leaveOutput, Improved: f.improved,
+			TargetBPW: f.targetBPW, IMatrixInclude: f.include, IMatrixExclude: f.exclude},
+		Output:  convert.OutputOptions{Threads: f.threads},
+		Version: tqVersion(),
 	}, AllowRequantize: f.allowRequant}
 	var err error
-	if opts.MaxSize, err = parseSize(f.maxSize); err != nil {
+	if opts.Types.MaxSize, err = parseSize(f.maxSize); err != nil {
 		return fmt.Errorf("--max-size: %w", err)
 	}
-	if opts.SplitMaxSize, err = parseSize(f.splitMaxSize); err != nil {
+	if opts.Output.SplitMaxSize, err = parseSize(f.splitMaxSize); err != nil {
 		return fmt.Errorf("--split-max-size: %w", err)
 	}
 	stderr := cmd.ErrOrStderr()
-	opts.Warn = func(msg string) { fmt.Fprintln(stderr, "warning:", msg) }
+	opts.Report.Warn = func(msg string) { fmt.Fprintln(stderr, "warning:", msg) }
 	if f.dryRun {
 		plan, err := convert.PlanRequantize(in, opts)
 		if err != nil {
@@ -85,7 +87,7 @@ func runQuantize(cmd *cobra.Command, in, out, typ string, f *quantizeFlags) erro
 	ctx, stop := signalContext()
 	defer stop()
 	bar := newProgress(stderr, "quantizing")
-	opts.Progress = bar.update
+	opts.Report.Progress = bar.update
 	res, err := convert.Requantize(ctx, in, out, opts)
 	bar.finish()
 	if err != nil {

@@ -56,7 +56,7 @@ func TestConvertExactValues(t *testing.T) {
 			}
 			for _, ot := range outs {
 				out := filepath.Join(t.TempDir(), "m.gguf")
-				res, err := Convert(context.Background(), dir, out, Options{OutType: ot})
+				res, err := Convert(context.Background(), dir, out, Options{Types: TypeOptions{OutType: ot}})
 				if err != nil {
 					t.Fatalf("%s: %v", ot, err)
 				}
@@ -141,7 +141,7 @@ func TestOpenHFAsGGUFMatchesF32(t *testing.T) {
 	o.FP8 = true
 	dir := genModel(t, o)
 	out := filepath.Join(t.TempDir(), "m.gguf")
-	if _, err := Convert(context.Background(), dir, out, Options{OutType: "f32"}); err != nil {
+	if _, err := Convert(context.Background(), dir, out, Options{Types: TypeOptions{OutType: "f32"}}); err != nil {
 		t.Fatal(err)
 	}
 	m, err := gguf.Open(out)
@@ -198,7 +198,7 @@ func TestOpenHFAsGGUFMatchesF32(t *testing.T) {
 // A dry-run plan predicts the written file: same tensors, types and sizes; JSON round-trips.
 func TestPlanMatchesOutput(t *testing.T) {
 	dir := genModel(t, fixtures.Preset("qwen3moe"))
-	opts := Options{OutType: "q4_k_m"}
+	opts := Options{Types: TypeOptions{OutType: "q4_k_m"}}
 	plan, err := PlanConvert(dir, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -245,7 +245,7 @@ func TestQuantizedErrorOrdering(t *testing.T) {
 	ref := referenceTensors(t, dir, o)
 	errOf := func(ot string) float64 {
 		out := filepath.Join(t.TempDir(), ot+".gguf")
-		if _, err := Convert(context.Background(), dir, out, Options{OutType: ot, Overrides: nil, Pure: true}); err != nil {
+		if _, err := Convert(context.Background(), dir, out, Options{Types: TypeOptions{OutType: ot, Overrides: nil, Pure: true}}); err != nil {
 			t.Fatal(err)
 		}
 		m, err := gguf.Open(out)
@@ -310,7 +310,7 @@ func TestSharedExperts(t *testing.T) {
 		}
 	}
 	var warns []string
-	plan, err := PlanConvert(dir, Options{OutType: "q8_0", Warn: func(s string) { warns = append(warns, s) }})
+	plan, err := PlanConvert(dir, Options{Types: TypeOptions{OutType: "q8_0"}, Report: ReportOptions{Warn: func(s string) { warns = append(warns, s) }}})
 	if err != nil {
 		t.Fatal(err)
 	}

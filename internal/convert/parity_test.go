@@ -90,7 +90,7 @@ func TestHFForwardEqualsF32GGUF(t *testing.T) {
 			}
 			dir := genFixture(t, o)
 			out := filepath.Join(t.TempDir(), "f32.gguf")
-			if _, err := convert.Convert(context.Background(), dir, out, convert.Options{OutType: "f32"}); err != nil {
+			if _, err := convert.Convert(context.Background(), dir, out, convert.Options{Types: convert.TypeOptions{OutType: "f32"}}); err != nil {
 				t.Fatal(err)
 			}
 			g, err := infer.OpenGGUF(out)
@@ -145,14 +145,14 @@ func TestProbabilityParityWithLlamaCpp(t *testing.T) {
 	full := os.Getenv("TQ_REQUIRE_REFS") == "1" || os.Getenv("TQ_CONVERT_FULL") == "1"
 	for _, arch := range fixtures.Arches {
 		dir := genFixture(t, fixtures.Preset(arch))
-		all := []convert.Options{{OutType: "f16"}, {OutType: "q4_k_m"}, {TurboQuant: true}}
+		all := []convert.Options{{Types: convert.TypeOptions{OutType: "f16"}}, {Types: convert.TypeOptions{OutType: "q4_k_m"}}, {Types: convert.TypeOptions{TurboQuant: true}}}
 		if !full {
 			// default run: F16 everywhere plus one quantized policy per architecture
 			all = map[string][]convert.Options{
-				"llama":    {{OutType: "f16"}, {OutType: "q8_0"}},
-				"qwen2":    {{OutType: "f16"}},
-				"qwen3":    {{OutType: "f16"}, {TurboQuant: true}},
-				"qwen3moe": {{OutType: "f16"}, {OutType: "q4_k_m"}},
+				"llama":    {{Types: convert.TypeOptions{OutType: "f16"}}, {Types: convert.TypeOptions{OutType: "q8_0"}}},
+				"qwen2":    {{Types: convert.TypeOptions{OutType: "f16"}}},
+				"qwen3":    {{Types: convert.TypeOptions{OutType: "f16"}}, {Types: convert.TypeOptions{TurboQuant: true}}},
+				"qwen3moe": {{Types: convert.TypeOptions{OutType: "f16"}}, {Types: convert.TypeOptions{OutType: "q4_k_m"}}},
 			}[arch]
 		}
 		for _, opts := range all {

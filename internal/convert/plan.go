@@ -31,6 +31,17 @@ type Plan struct {
 
 	metadata gguf.Metadata
 	jobs     []*job
+	// onWarn is ReportOptions.Warn.
+	onWarn func(msg string)
+}
+
+// warn records a warning in Warnings and passes it on as it arises.
+func (p *Plan) warn(format string, a ...any) {
+	msg := fmt.Sprintf(format, a...)
+	p.Warnings = append(p.Warnings, msg)
+	if p.onWarn != nil {
+		p.onWarn(msg)
+	}
 }
 
 // PlanTensor is one tensor of a Plan.

@@ -91,7 +91,7 @@ func TestHybridFP8ConvertExactValues(t *testing.T) {
 			ref := hybridReference(t, dir, o)
 			for _, ot := range []string{"f32", "f16"} {
 				out := filepath.Join(t.TempDir(), "m.gguf")
-				if _, err := Convert(context.Background(), dir, out, Options{OutType: ot}); err != nil {
+				if _, err := Convert(context.Background(), dir, out, Options{Types: TypeOptions{OutType: ot}}); err != nil {
 					t.Fatal(err)
 				}
 				m, err := gguf.Open(out)
@@ -140,7 +140,7 @@ func TestLlamaCppLoadsQwen35FP8(t *testing.T) {
 	var names []string
 	for _, o := range fp8Variants() {
 		out := filepath.Join(t.TempDir(), o.Arch+".gguf")
-		res, err := Convert(context.Background(), genModel(t, o), out, Options{OutType: "f16"})
+		res, err := Convert(context.Background(), genModel(t, o), out, Options{Types: TypeOptions{OutType: "f16"}})
 		if err != nil {
 			t.Fatalf("%s: %v", o.Arch, err)
 		}
