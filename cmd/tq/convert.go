@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -11,18 +12,17 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
 	"github.com/tq-project/tq/internal/convert"
 )
 
 type convertFlags struct {
-	out, outType, config, embType, imatrix, outputType, tokEmbType, name string
-	targetBPW                                                            float64
-	maxSize, splitMaxSize                                                string
-	splitMaxTensors, threads                                             int
-	turbo, force, pure, improved, dryRun, json, noManifest               bool
-	overrides                                                            []string
+	writeFlags
+	out, outType, config, embType, name string
+	splitMaxTensors                     int
+	turbo, force, noManifest            bool
 }
 
 func init() {
@@ -65,73 +65,116 @@ Streaming: memory stays bounded whatever the model size; the output is written a
 	fl.StringVar(&f.config, "config", "", "quantize_config.json for --use-turboquant (default: MODEL_DIR/quantize_config.json)")
 	fl.BoolVar(&f.force, "force", false, "accept a turboquant config whose skip_layers lacks lm_head")
 	fl.StringVar(&f.embType, "embedding-type", "", "turboquant: type of token_embd.weight (default q8_0)")
-	fl.StringVar(&f.imatrix, "imatrix", "", "llama.cpp importance matrix (imatrix.gguf or .dat)")
-	fl.StringArrayVar(&f.overrides, "tensor-type", nil, "PATTERN=TYPE: force the type of tensors whose name matches the regexp (repeatable)")
-	fl.BoolVar(&f.pure, "pure", false, "presets: disable the mixture rules (one type for all quantized tensors)")
-	fl.StringVar(&f.outputType, "output-tensor-type", "", "presets: type of output.weight")
-	fl.StringVar(&f.tokEmbType, "token-embedding-type", "", "presets: type of token_embd.weight")
-	fl.BoolVar(&f.improved, "improved", false, "use tq's improved (lower-error) search for preset types instead of llama-quantize's exact algorithms")
-	fl.Float64Var(&f.targetBPW, "target-bpw", 0, "choose per-tensor types to reach this many bits per weight")
-	fl.StringVar(&f.maxSize, "max-size", "", "choose per-tensor types so that tensor data fits this size (e.g. 4G, 3500M)")
-	fl.StringVar(&f.splitMaxSize, "split-max-size", "", "split the output into shards of at most this size (e.g. 5G; G = 10^9 bytes)")
+	f.writeFlags.register(fl, "presets: ")
 	fl.IntVar(&f.splitMaxTensors, "split-max-tensors", 0, "split the output after this many tensors per shard")
 	fl.BoolVar(&f.noManifest, "no-manifest", false, "do not write SHA256SUMS")
-	fl.BoolVar(&f.dryRun, "dry-run", false, "print the per-tensor plan and totals without writing")
-	fl.BoolVar(&f.json, "json", false, "print the plan / summary as JSON")
-	fl.IntVar(&f.threads, "threads", 0, "encoding threads (0 = all CPUs)")
 	fl.StringVar(&f.name, "name", "", "general.name (default: the folder name)")
 	rootCmd.AddCommand(cmd)
 }
 
 func runConvert(cmd *cobra.Command, dir string, f *convertFlags) error {
-	opts := convert.Options{
-		Types: convert.TypeOptions{OutType: f.outType, TurboQuant: f.turbo, ConfigPath: f.config, Force: f.force,
-			EmbeddingType: f.embType, IMatrixPath: f.imatrix, Overrides: f.overrides, Pure: f.pure,
-			OutputTensorType: f.outputType, TokenEmbeddingType: f.tokEmbType, Improved: f.improved, TargetBPW: f.targetBPW},
-		Output:  convert.OutputOptions{SplitMaxTensors: f.splitMaxTensors, NoManifest: f.noManifest, Threads: f.threads},
-		Name:    f.name,
-		Version: tqVersion(),
-	}
 	if f.turbo && cmd.Flags().Changed("outtype") {
 		return fmt.Errorf("--outtype and --use-turboquant are exclusive")
 	}
+	opts, err := f.options(f.outType)
+	if err != nil {
+		return err
+	}
+	opts.Types.TurboQuant, opts.Types.ConfigPath, opts.Types.Force, opts.Types.EmbeddingType = f.turbo, f.config, f.force, f.embType
+	opts.Output.SplitMaxTensors, opts.Output.NoManifest = f.splitMaxTensors, f.noManifest
+	opts.Name = f.name
+	out := f.out
+	checkOutput := func() error {
+		if out == "" {
+			t := f.outType
+			if f.turbo {
+				t = "turboquant"
+			}
+			abs, _ := filepath.Abs(dir)
+			out = filepath.Base(abs) + "-" + strings.ToLower(t) + ".gguf"
+		}
+		inputs := append(hfInputs(dir), f.imatrix)
+		if f.turbo {
+			inputs = append(inputs, turboInputs(dir, f.config)...)
+		}
+		return checkGGUFOutput(inputs, out, f.splitMaxSize != "" || f.splitMaxTensors > 0, !f.noManifest)
+	}
+	return f.execute(cmd, opts, "converting",
+		func(o convert.Options) (*convert.Plan, error) { return convert.PlanConvert(dir, o) },
+		checkOutput,
+		func(ctx context.Context, o convert.Options) (*convert.Result, error) {
+			return convert.Convert(ctx, dir, out, o)
+		})
+}
+
+// writeFlags are the flags tq convert and tq quantize share: the adjustments of a preset, the
+// size budget, splitting by size, threads and what is printed.
+type writeFlags struct {
+	imatrix, outputType, tokEmbType, maxSize, splitMaxSize string
+	overrides                                              []string
+	pure, improved, dryRun, json                           bool
+	targetBPW                                              float64
+	threads                                                int
+}
+
+// register adds the shared flags. only prefixes the help of the flags that adjust a preset
+// ("presets: " where another policy exists).
+func (f *writeFlags) register(fl *pflag.FlagSet, only string) {
+	fl.StringVar(&f.imatrix, "imatrix", "", "llama.cpp importance matrix (imatrix.gguf or .dat)")
+	fl.StringArrayVar(&f.overrides, "tensor-type", nil, "PATTERN=TYPE: force the type of tensors whose name matches the regexp (repeatable)")
+	fl.BoolVar(&f.pure, "pure", false, only+"disable the mixture rules (one type for all quantized tensors)")
+	fl.StringVar(&f.outputType, "output-tensor-type", "", only+"type of output.weight")
+	fl.StringVar(&f.tokEmbType, "token-embedding-type", "", only+"type of token_embd.weight")
+	fl.BoolVar(&f.improved, "improved", false, "use tq's improved (lower-error) search for preset types instead of llama-quantize's exact algorithms")
+	fl.Float64Var(&f.targetBPW, "target-bpw", 0, "choose per-tensor types to reach this many bits per weight")
+	fl.StringVar(&f.maxSize, "max-size", "", "choose per-tensor types so that tensor data fits this size (e.g. 4G, 3500M)")
+	fl.StringVar(&f.splitMaxSize, "split-max-size", "", "split the output into shards of at most this size (e.g. 5G; G = 10^9 bytes)")
+	fl.BoolVar(&f.dryRun, "dry-run", false, "print the per-tensor plan and totals without writing")
+	fl.BoolVar(&f.json, "json", false, "print the plan / summary as JSON")
+	fl.IntVar(&f.threads, "threads", 0, "encoding threads (0 = all CPUs)")
+}
+
+// options returns the options the shared flags set, with preset typ.
+func (f *writeFlags) options(typ string) (convert.Options, error) {
+	opts := convert.Options{
+		Types: convert.TypeOptions{OutType: typ, IMatrixPath: f.imatrix, Overrides: f.overrides, Pure: f.pure,
+			OutputTensorType: f.outputType, TokenEmbeddingType: f.tokEmbType, Improved: f.improved, TargetBPW: f.targetBPW},
+		Output:  convert.OutputOptions{Threads: f.threads},
+		Version: tqVersion(),
+	}
 	var err error
 	if opts.Types.MaxSize, err = parseSize(f.maxSize); err != nil {
-		return fmt.Errorf("--max-size: %w", err)
+		return opts, fmt.Errorf("--max-size: %w", err)
 	}
 	if opts.Output.SplitMaxSize, err = parseSize(f.splitMaxSize); err != nil {
-		return fmt.Errorf("--split-max-size: %w", err)
+		return opts, fmt.Errorf("--split-max-size: %w", err)
 	}
+	return opts, nil
+}
+
+// execute prints warnings as they arise, then either prints the plan (--dry-run) or checks
+// the output (checkOutput) and writes it with a progress bar, leaving nothing behind when
+// interrupted, and prints the result.
+func (f *writeFlags) execute(cmd *cobra.Command, opts convert.Options, desc string,
+	plan func(convert.Options) (*convert.Plan, error), checkOutput func() error,
+	write func(context.Context, convert.Options) (*convert.Result, error)) error {
 	stderr := cmd.ErrOrStderr()
 	opts.Report.Warn = func(msg string) { fmt.Fprintln(stderr, "warning:", msg) }
 	if f.dryRun {
-		plan, err := convert.PlanConvert(dir, opts)
+		p, err := plan(opts)
 		if err != nil {
 			return err
 		}
-		return printPlan(cmd.OutOrStdout(), plan, f.json)
+		return printPlan(cmd.OutOrStdout(), p, f.json)
 	}
-	out := f.out
-	if out == "" {
-		t := f.outType
-		if f.turbo {
-			t = "turboquant"
-		}
-		abs, _ := filepath.Abs(dir)
-		out = filepath.Base(abs) + "-" + strings.ToLower(t) + ".gguf"
-	}
-	inputs := append(hfInputs(dir), f.imatrix)
-	if f.turbo {
-		inputs = append(inputs, turboInputs(dir, f.config)...)
-	}
-	if err := checkGGUFOutput(inputs, out, f.splitMaxSize != "" || f.splitMaxTensors > 0, !f.noManifest); err != nil {
+	if err := checkOutput(); err != nil {
 		return err
 	}
 	ctx, stop := signalContext()
 	defer stop()
-	bar := newProgress(stderr, "converting")
+	bar := newProgress(stderr, desc)
 	opts.Report.Progress = bar.update
-	res, err := convert.Convert(ctx, dir, out, opts)
+	res, err := write(ctx, opts)
 	bar.finish()
 	if err != nil {
 		if ie := interrupted(ctx, err, "no output was written"); ie != nil {
