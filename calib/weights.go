@@ -12,7 +12,7 @@ import (
 )
 
 // WeightSource is what calibration reads a model through: GGUF-named float32 tensors and the
-// metadata an F32 GGUF conversion would carry (internal/convert's HFSource implements it).
+// metadata an F32 GGUF conversion would carry (internal/modelsrc's HFSource implements it).
 type WeightSource interface {
 	Metadata() gguf.Metadata
 	Tensors() []modelsrc.TensorDesc

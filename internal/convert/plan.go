@@ -153,7 +153,7 @@ func srcBits(t string) float64 {
 }
 
 // WriteTable prints the plan as a table (name, type, shape, size, bpw, rule) and totals.
-// Warnings are not repeated (they reach Options.Warn as they arise).
+// Warnings are not repeated (they reach ReportOptions.Warn as they arise).
 func (p *Plan) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TENSOR\tTYPE\tSHAPE\tSIZE\tBPW\tFROM\tRULE")

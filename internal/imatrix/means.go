@@ -41,8 +41,9 @@ func (m *Means) Names() []string {
 	return out
 }
 
-// Importance returns the weights of matrix expert of a tensor, for GGUF imatrix files, whose
-// entries know their number of matrices (internal/convert's ImportanceSource). For .dat entries use ImportanceFor.
+// Importance returns the weights of matrix expert of a tensor (internal/convert's
+// ImportanceSource) for GGUF imatrix files, whose entries know their number of matrices. For
+// .dat entries use ImportanceFor.
 func (m *Means) Importance(name string, expert int) ([]float32, bool) {
 	e := m.entries[name]
 	if e == nil || e.nmat == 0 || expert < 0 || expert >= e.nmat {
