@@ -57,7 +57,7 @@ func TestConfigAcceptedByConvert(t *testing.T) {
 		t.Fatalf("calibration record %+v", back.Calibration)
 	}
 
-	plan, err := convert.PlanConvert(dir, convert.Options{TurboQuant: true, ConfigPath: res.ConfigPath})
+	plan, err := convert.PlanConvert(dir, convert.Options{Types: convert.TypeOptions{TurboQuant: true, ConfigPath: res.ConfigPath}})
 	if err != nil {
 		t.Fatalf("convert cannot plan from our config: %v", err)
 	}

@@ -17,8 +17,8 @@ import (
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/infer"
 	"github.com/tq-project/tq/internal/boundedread"
-	"github.com/tq-project/tq/internal/convert"
 	"github.com/tq-project/tq/internal/convert/policy"
+	"github.com/tq-project/tq/internal/modelsrc"
 	"github.com/tq-project/tq/tokenizer/tokfile"
 )
 
@@ -225,7 +225,7 @@ type run struct {
 	opts     *Options
 	ctx      context.Context
 	modelDir string
-	src      *convert.HFSource
+	src      *modelsrc.HFSource
 	md       gguf.Metadata
 	cfg      *infer.Config
 	runner   *infer.LayerRunner
@@ -233,7 +233,7 @@ type run struct {
 	ckpt     string
 	st       *checkpointState
 	decide   map[string]policy.Decision
-	descs    map[string]convert.TensorDesc
+	descs    map[string]modelsrc.TensorDesc
 	turbo    *policy.TurboConfig
 	maxLen   int
 	scratch  []float32
@@ -302,7 +302,7 @@ func Calibrate(ctx context.Context, modelDir string, opts Options) (*Result, err
 		return nil, fmt.Errorf("calib: %w", err)
 	}
 	start := time.Now()
-	src, err := convert.OpenHFAsGGUF(modelDir)
+	src, err := modelsrc.OpenHF(modelDir)
 	if err != nil {
 		return nil, fmt.Errorf("calib: %w", err)
 	}
@@ -437,7 +437,7 @@ func (r *run) plan() error {
 	sym := !o.Asymmetric
 	r.turbo = &policy.TurboConfig{QuantMethod: policy.TurboQuantMethod, WeightDType: o.WeightDType, KVCacheDType: o.KVCacheDType,
 		GroupSize: o.GroupSize, Symmetric: &sym, CalibrationMethod: o.Method, LayersToQuantize: o.LayersToQuantize, SkipLayers: o.SkipLayers}
-	r.descs = map[string]convert.TensorDesc{}
+	r.descs = map[string]modelsrc.TensorDesc{}
 	var ts []policy.Tensor
 	for _, d := range r.src.Tensors() {
 		r.descs[d.Name] = d

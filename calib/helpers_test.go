@@ -10,8 +10,8 @@ import (
 
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/infer"
-	"github.com/tq-project/tq/internal/convert"
 	"github.com/tq-project/tq/internal/fixtures"
+	"github.com/tq-project/tq/internal/modelsrc"
 )
 
 // genModel writes a fixture model and returns its folder.
@@ -50,7 +50,7 @@ func randSeqs(seed uint64, n, vocab, minLen, maxLen, pad int) []Sequence {
 // fullSource loads every tensor of an HF folder as F32 into an infer.Source.
 func fullSource(t testing.TB, dir string) *metaSource {
 	t.Helper()
-	src, err := convert.OpenHFAsGGUF(dir)
+	src, err := modelsrc.OpenHF(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func fullSource(t testing.TB, dir string) *metaSource {
 }
 
 func vocabOf(t testing.TB, dir string) int {
-	src, err := convert.OpenHFAsGGUF(dir)
+	src, err := modelsrc.OpenHF(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

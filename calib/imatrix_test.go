@@ -11,7 +11,7 @@ import (
 
 	parser "github.com/gpustack/gguf-parser-go"
 
-	"github.com/tq-project/tq/internal/convert"
+	"github.com/tq-project/tq/internal/imatrix"
 )
 
 // ggufLayout is a minimal GGUF v3 reader written from the spec (facts doc §1) for the
@@ -186,7 +186,7 @@ func TestIMatrixGGUFLayout(t *testing.T) {
 	}
 
 	// internal/convert's importer yields the means the quantizer will use
-	im, err := convert.LoadIMatrix(path)
+	im, err := imatrix.LoadMeans(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +298,7 @@ func TestIMatrixDatLayout(t *testing.T) {
 	}
 
 	// convert's parser (what llama-quantize computes: value/ncall) and ours agree on means
-	im, err := convert.ParseIMatrixDat("x.dat", b)
+	im, err := imatrix.ParseDatMeans("x.dat", b)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,7 @@ package calib
 import (
 	"errors"
 	"fmt"
-	"github.com/tq-project/tq/internal/convert"
+	"github.com/tq-project/tq/internal/modelsrc"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -322,7 +322,7 @@ func rmsNorm(y, x, w []float32, eps float32) {
 }
 
 // search runs the parameter search of tensor d with the importance and routing shares of ss.
-func (r *run) search(d convert.TensorDesc, read MatrixReader, ss *Stats) (*TensorChoice, error) {
+func (r *run) search(d modelsrc.TensorDesc, read MatrixReader, ss *Stats) (*TensorChoice, error) {
 	ts := ss.Tensors[d.Name]
 	imp := func(e int) []float32 {
 		if ts == nil {
@@ -349,7 +349,7 @@ func (r *run) search(d convert.TensorDesc, read MatrixReader, ss *Stats) (*Tenso
 }
 
 // readMatrixRows reads rows [r0, r0+n) of matrix e of a tensor from the weight source.
-func readMatrixRows(src WeightSource, d convert.TensorDesc, e, r0, n int, dst []float32) error {
+func readMatrixRows(src WeightSource, d modelsrc.TensorDesc, e, r0, n int, dst []float32) error {
 	rows := d.Shape[1]
 	return src.ReadRows(d.Name, int64(e)*rows+int64(r0), int64(n), dst[:int64(n)*d.Shape[0]])
 }

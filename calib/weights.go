@@ -8,14 +8,14 @@ import (
 
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/infer"
-	"github.com/tq-project/tq/internal/convert"
+	"github.com/tq-project/tq/internal/modelsrc"
 )
 
 // WeightSource is what calibration reads a model through: GGUF-named float32 tensors and the
-// metadata an F32 GGUF conversion would carry (internal/convert's HFSource implements it).
+// metadata an F32 GGUF conversion would carry (internal/modelsrc's HFSource implements it).
 type WeightSource interface {
 	Metadata() gguf.Metadata
-	Tensors() []convert.TensorDesc
+	Tensors() []modelsrc.TensorDesc
 	ReadRows(name string, row0, nrows int64, dst []float32) error
 }
 
@@ -24,7 +24,7 @@ type WeightSource interface {
 const readChunkBytes = 8 << 20
 
 // readTensor reads a whole tensor into dst in row chunks.
-func readTensor(src WeightSource, d convert.TensorDesc, dst []float32) error {
+func readTensor(src WeightSource, d modelsrc.TensorDesc, dst []float32) error {
 	cols := d.Shape[0]
 	rows := int64(len(dst)) / cols
 	step := max(1, readChunkBytes/(4*cols))
@@ -56,7 +56,7 @@ func f32Bytes(f []float32) []byte {
 // layerWeights holds one block's tensors as float32.
 type layerWeights struct {
 	layer   int
-	descs   []convert.TensorDesc
+	descs   []modelsrc.TensorDesc
 	data    map[string][]float32
 	bytes   int64
 	tensors map[string]*infer.Tensor
@@ -65,9 +65,9 @@ type layerWeights struct {
 func layerPrefix(il int) string { return fmt.Sprintf("blk.%d.", il) }
 
 // layerDescs returns the tensors of block il.
-func layerDescs(src WeightSource, il int) []convert.TensorDesc {
+func layerDescs(src WeightSource, il int) []modelsrc.TensorDesc {
 	p := layerPrefix(il)
-	var out []convert.TensorDesc
+	var out []modelsrc.TensorDesc
 	for _, d := range src.Tensors() {
 		if strings.HasPrefix(d.Name, p) {
 			out = append(out, d)

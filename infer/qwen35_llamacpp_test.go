@@ -73,13 +73,13 @@ func TestHybridLlamaCppParity(t *testing.T) {
 		tol  float64 // tolHybridF32, tolHybridF16 or tolHybridQuant
 	}
 	cases := []pcase{
-		{"qwen35moe/f32", "qwen35moe", convert.Options{OutType: "f32"}, tolHybridF32},
-		{"qwen35moe/f16", "qwen35moe", convert.Options{OutType: "f16"}, tolHybridF16},
-		{"qwen35moe/turboquant", "qwen35moe", convert.Options{TurboQuant: true}, tolHybridQuant},
-		{"qwen35/f32", "qwen35", convert.Options{OutType: "f32"}, tolHybridF32},
-		{"qwen35/f16", "qwen35", convert.Options{OutType: "f16"}, tolHybridF16},
-		{"qwen35/q4_0", "qwen35", convert.Options{OutType: "q4_0"}, tolHybridQuant},
-		{"qwen35/q8_0", "qwen35", convert.Options{OutType: "q8_0"}, tolHybridQuant},
+		{"qwen35moe/f32", "qwen35moe", convert.Options{Types: convert.TypeOptions{OutType: "f32"}}, tolHybridF32},
+		{"qwen35moe/f16", "qwen35moe", convert.Options{Types: convert.TypeOptions{OutType: "f16"}}, tolHybridF16},
+		{"qwen35moe/turboquant", "qwen35moe", convert.Options{Types: convert.TypeOptions{TurboQuant: true}}, tolHybridQuant},
+		{"qwen35/f32", "qwen35", convert.Options{Types: convert.TypeOptions{OutType: "f32"}}, tolHybridF32},
+		{"qwen35/f16", "qwen35", convert.Options{Types: convert.TypeOptions{OutType: "f16"}}, tolHybridF16},
+		{"qwen35/q4_0", "qwen35", convert.Options{Types: convert.TypeOptions{OutType: "q4_0"}}, tolHybridQuant},
+		{"qwen35/q8_0", "qwen35", convert.Options{Types: convert.TypeOptions{OutType: "q8_0"}}, tolHybridQuant},
 	}
 	if testing.Short() {
 		cases = []pcase{cases[1], cases[2]}

@@ -12,6 +12,7 @@ import (
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/internal/convert"
 	"github.com/tq-project/tq/internal/fixtures"
+	"github.com/tq-project/tq/internal/modelsrc"
 )
 
 var hybridArchs = []string{"qwen35moe", "qwen35"}
@@ -30,7 +31,7 @@ func hybridFixture(t testing.TB, arch string) string {
 }
 
 // hybridSource returns a private copy (maps and tensor headers copied, bytes shared) of the
-// fixture of arch served through convert.OpenHFAsGGUF as F32 tensors.
+// fixture of arch served through modelsrc.OpenHF as F32 tensors.
 func hybridSource(t testing.TB, arch string) *MapSource {
 	t.Helper()
 	v, ok := hybridSources.Load(arch)
@@ -51,10 +52,10 @@ func hybridSource(t testing.TB, arch string) *MapSource {
 	return s
 }
 
-// hfSource serves an HF folder through convert.OpenHFAsGGUF as F32 tensors.
+// hfSource serves an HF folder through modelsrc.OpenHF as F32 tensors.
 func hfSource(t testing.TB, dir string) *MapSource {
 	t.Helper()
-	src, err := convert.OpenHFAsGGUF(dir)
+	src, err := modelsrc.OpenHF(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +236,7 @@ func TestHybridPromptEqualsDecode(t *testing.T) {
 				if q == "f32" {
 					src = hybridSource(t, arch)
 				} else {
-					g, err := OpenGGUF(convertFixture(t, hybridFixture(t, arch), convert.Options{OutType: q}))
+					g, err := OpenGGUF(convertFixture(t, hybridFixture(t, arch), convert.Options{Types: convert.TypeOptions{OutType: q}}))
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -57,13 +57,13 @@ func getFixtures(t testing.TB) fixtureSet {
 			"group_size": 32, "skip_layers": ["lm_head"]}`), 0o644); fix.err != nil {
 			return
 		}
-		opts := convert.Options{TurboQuant: true, ConfigPath: cfg, Warn: func(string) {}}
+		opts := convert.Options{Types: convert.TypeOptions{TurboQuant: true, ConfigPath: cfg}, Report: convert.ReportOptions{Warn: func(string) {}}}
 		fix.gguf = filepath.Join(dir, "single", "model.gguf")
 		os.MkdirAll(filepath.Dir(fix.gguf), 0o755)
 		if _, fix.err = convert.Convert(context.Background(), fix.hf, fix.gguf, opts); fix.err != nil {
 			return
 		}
-		opts.SplitMaxTensors = 10
+		opts.Output.SplitMaxTensors = 10
 		out := filepath.Join(dir, "split", "model.gguf")
 		os.MkdirAll(filepath.Dir(out), 0o755)
 		res, err := convert.Convert(context.Background(), fix.hf, out, opts)

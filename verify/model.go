@@ -7,7 +7,7 @@ import (
 
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/infer"
-	"github.com/tq-project/tq/internal/convert"
+	"github.com/tq-project/tq/internal/modelsrc"
 	"github.com/tq-project/tq/quant"
 )
 
@@ -128,7 +128,7 @@ func OpenGGUFModel(path string, o RunOptions) (LogitsModel, func() error, error)
 // F32. Memory is therefore about the checkpoint's size (4 bytes per weight for FP8/F32
 // checkpoints); use an F16/BF16 GGUF reference or --reference-logits for models that do not fit.
 func OpenHFModel(dir string, o RunOptions) (LogitsModel, func() error, error) {
-	hs, err := convert.OpenHFAsGGUF(dir)
+	hs, err := modelsrc.OpenHF(dir)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -152,7 +152,7 @@ func OpenHFModel(dir string, o RunOptions) (LogitsModel, func() error, error) {
 }
 
 // hfTensor reads one tensor of an HF source in row chunks and stores it as BF16, F16 or F32.
-func hfTensor(hs *convert.HFSource, d convert.TensorDesc) (*infer.Tensor, error) {
+func hfTensor(hs *modelsrc.HFSource, d modelsrc.TensorDesc) (*infer.Tensor, error) {
 	if len(d.Shape) == 0 {
 		return nil, fmt.Errorf("tensor %q has no dimensions", d.Name)
 	}

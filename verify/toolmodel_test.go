@@ -27,7 +27,7 @@ func toolModel(t *testing.T, weightDType string) (hf, gg string) {
 	os.WriteFile(cfg, []byte(`{"quant_method": "turboquant", "weight_dtype": "`+weightDType+`", "kv_cache_dtype": "q8_0",
 		"group_size": 32, "skip_layers": ["lm_head"]}`), 0o644)
 	gg = filepath.Join(dir, "toolmodel.gguf")
-	if _, err := convert.Convert(context.Background(), hf, gg, convert.Options{TurboQuant: true, ConfigPath: cfg, Warn: func(string) {}}); err != nil {
+	if _, err := convert.Convert(context.Background(), hf, gg, convert.Options{Types: convert.TypeOptions{TurboQuant: true, ConfigPath: cfg}, Report: convert.ReportOptions{Warn: func(string) {}}}); err != nil {
 		t.Fatal(err)
 	}
 	return hf, gg

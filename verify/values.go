@@ -7,8 +7,8 @@ import (
 	"strconv"
 
 	"github.com/tq-project/tq/gguf"
-	"github.com/tq-project/tq/internal/convert"
 	"github.com/tq-project/tq/internal/convert/policy"
+	"github.com/tq-project/tq/internal/modelsrc"
 	"github.com/tq-project/tq/quant"
 )
 
@@ -47,12 +47,12 @@ type weightReader interface {
 }
 
 type hfWeights struct {
-	s      *convert.HFSource
+	s      *modelsrc.HFSource
 	shapes map[string][]int64
 }
 
 func openHFWeights(dir string) (*hfWeights, error) {
-	s, err := convert.OpenHFAsGGUF(dir)
+	s, err := modelsrc.OpenHF(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +99,7 @@ func (w ggufWeights) readRows(name string, row0, n int64, dst []float32) error {
 
 func (w ggufWeights) close() error { return w.m.Close() }
 
-// importanceSource is the part of an imatrix the value check uses (convert.IMatrix).
+// importanceSource is the part of an imatrix the value check uses (imatrix.Means).
 type importanceSource interface {
 	ImportanceFor(name string, expert, cols int) ([]float32, bool, error)
 }

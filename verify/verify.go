@@ -15,7 +15,7 @@ import (
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/infer"
 	"github.com/tq-project/tq/internal/boundedread"
-	"github.com/tq-project/tq/internal/convert"
+	"github.com/tq-project/tq/internal/imatrix"
 	"github.com/tq-project/tq/tokenizer"
 	"github.com/tq-project/tq/verify/reflogits"
 )
@@ -430,7 +430,7 @@ func (s *runState) integrity(ctx context.Context) error {
 		defer wr.close()
 		vo.Ref = wr
 		if s.o.Imatrix != "" {
-			im, err := convert.LoadIMatrix(s.o.Imatrix)
+			im, err := imatrix.LoadMeans(s.o.Imatrix)
 			if err != nil {
 				return &Error{fmt.Errorf("--imatrix: %w", err)}
 			}

@@ -14,7 +14,7 @@ import (
 // options: its quantize_config.json for --use-turboquant (unless --config is given), its
 // imatrix.gguf as importance (unless --imatrix is given), and its hessians/ for the
 // error-compensating search. It returns the files it uses, for the output-is-input check.
-func calibrationInputs(dir string, opts *convert.Options) ([]string, error) {
+func calibrationInputs(dir string, opts *convert.Options, warn func(string)) ([]string, error) {
 	if dir == "" {
 		return nil, nil
 	}
@@ -26,22 +26,22 @@ func calibrationInputs(dir string, opts *convert.Options) ([]string, error) {
 		return nil, fmt.Errorf("--calibration %s: not a directory (give the folder tq calibrate wrote)", dir)
 	}
 	var used []string
-	if opts.TurboQuant && opts.ConfigPath == "" {
-		opts.ConfigPath = filepath.Join(dir, calib.ConfigFile)
-		used = append(used, opts.ConfigPath)
+	if opts.Types.TurboQuant && opts.Types.ConfigPath == "" {
+		opts.Types.ConfigPath = filepath.Join(dir, calib.ConfigFile)
+		used = append(used, opts.Types.ConfigPath)
 	}
-	if opts.IMatrixPath == "" {
+	if opts.Types.IMatrixPath == "" {
 		p := filepath.Join(dir, calib.IMatrixFile)
 		if _, err := os.Stat(p); err != nil {
 			return nil, fmt.Errorf("--calibration %s: no %s (run tq calibrate with -o %s): %w", dir, calib.IMatrixFile, dir, err)
 		}
-		opts.IMatrixPath = p
+		opts.Types.IMatrixPath = p
 		used = append(used, p)
 	}
 	hdir := filepath.Join(dir, calib.HessianDir)
 	if _, err := os.Stat(filepath.Join(hdir, calib.HessianIndexFile)); err != nil {
-		if opts.Warn != nil {
-			opts.Warn(fmt.Sprintf("--calibration %s has no %s/ (calibrated with --no-hessians?): importance-weighted search only", dir, calib.HessianDir))
+		if warn != nil {
+			warn(fmt.Sprintf("--calibration %s has no %s/ (calibrated with --no-hessians?): importance-weighted search only", dir, calib.HessianDir))
 		}
 		return used, nil
 	}
@@ -49,7 +49,7 @@ func calibrationInputs(dir string, opts *convert.Options) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--calibration: %w", err)
 	}
-	opts.Hessians = calibHessians{hs}
+	opts.Types.Hessians = calibHessians{hs}
 	return append(used, hdir), nil
 }
 

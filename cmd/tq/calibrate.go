@@ -17,7 +17,7 @@ import (
 	"github.com/tq-project/tq/calib"
 	"github.com/tq-project/tq/calib/prompts"
 	"github.com/tq-project/tq/internal/boundedread"
-	"github.com/tq-project/tq/internal/convert"
+	"github.com/tq-project/tq/internal/modelsrc"
 	"github.com/tq-project/tq/tokenizer"
 	"github.com/tq-project/tq/tokenizer/tokfile"
 )
@@ -236,7 +236,7 @@ func isTokenFile(path string) bool {
 
 // importStats loads a llama.cpp imatrix for a search-only run.
 func importStats(dir, path string, opts *calib.Options) error {
-	src, err := convert.OpenHFAsGGUF(dir)
+	src, err := modelsrc.OpenHF(dir)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -11,19 +12,18 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
 	"github.com/tq-project/tq/internal/convert"
 )
 
 type convertFlags struct {
-	out, outType, config, embType, imatrix, outputType, tokEmbType, name string
-	calibration                                                          string
-	targetBPW                                                            float64
-	maxSize, splitMaxSize                                                string
-	splitMaxTensors, threads                                             int
-	turbo, force, pure, improved, dryRun, json, noManifest               bool
-	overrides                                                            []string
+	writeFlags
+	out, outType, config, embType, name string
+	calibration                         string
+	splitMaxTensors                     int
+	turbo, force, noManifest            bool
 }
 
 func init() {
@@ -32,7 +32,7 @@ func init() {
 		Use:   "convert MODEL_DIR",
 		Short: "Convert a Hugging Face model folder to GGUF (presets, turboquant, size budgets)",
 		Long: `convert reads a Hugging Face folder (config.json, *.safetensors or a sharded index,
-tokenizer files) of a llama, Mistral, qwen2, qwen3, qwen3moe, qwen35 or qwen35moe model and writes a GGUF file
+tokenizer files) of a llama, Mistral, qwen2, qwen3 or qwen3moe model and writes a GGUF file
 that llama.cpp loads unchanged: the same tensor names, q/k permutation, expert stacking and
 metadata keys as llama.cpp's convert_hf_to_gguf.py. BF16, F16, F32 and FP8 (F8_E4M3 with
 weight_scale_inv block scales) checkpoints are decoded on the fly.
@@ -58,7 +58,7 @@ Streaming: memory stays bounded whatever the model size; the output is written a
   tq convert ./Qwen3-0.6B -o qwen3-q4km.gguf --outtype q4_k_m --imatrix imatrix.gguf
   tq convert ./Qwen3-0.6B --use-turboquant -o model.gguf
   tq convert ./Qwen3-0.6B --use-turboquant --calibration calib/ -o model.gguf
-  tq convert ./Qwen3-0.6B --outtype q4_k_m --calibration calib/ -o qwen3-q4km.gguf
+  tq convert ./Qwen3-0.6B --target-bpw 4.9 --calibration calib/ -o qwen3-4.9bpw.gguf
   tq convert ./Qwen3-0.6B --use-turboquant --config calib/quantize_config.json --dry-run
   tq convert ./Llama-3-8B -o llama.gguf --target-bpw 4.5 --split-max-size 5G`,
 		Args: cobra.ExactArgs(1),
@@ -73,77 +73,121 @@ Streaming: memory stays bounded whatever the model size; the output is written a
 	fl.StringVar(&f.config, "config", "", "quantize_config.json for --use-turboquant (default: MODEL_DIR/quantize_config.json)")
 	fl.BoolVar(&f.force, "force", false, "accept a turboquant config whose skip_layers lacks lm_head")
 	fl.StringVar(&f.embType, "embedding-type", "", "turboquant: type of token_embd.weight (default q8_0)")
-	fl.StringVar(&f.imatrix, "imatrix", "", "llama.cpp importance matrix (imatrix.gguf or .dat)")
+	f.writeFlags.register(fl, "presets: ")
 	fl.StringVar(&f.calibration, "calibration", "", "the folder tq calibrate wrote: its quantize_config.json (turboquant), imatrix and input Gram matrices (error-compensating search)")
-	fl.StringArrayVar(&f.overrides, "tensor-type", nil, "PATTERN=TYPE: force the type of tensors whose name matches the regexp (repeatable)")
-	fl.BoolVar(&f.pure, "pure", false, "presets: disable the mixture rules (one type for all quantized tensors)")
-	fl.StringVar(&f.outputType, "output-tensor-type", "", "presets: type of output.weight")
-	fl.StringVar(&f.tokEmbType, "token-embedding-type", "", "presets: type of token_embd.weight")
-	fl.BoolVar(&f.improved, "improved", false, "use tq's improved (lower-error) search for preset types instead of llama-quantize's exact algorithms")
-	fl.Float64Var(&f.targetBPW, "target-bpw", 0, "choose per-tensor types to reach this many bits per weight")
-	fl.StringVar(&f.maxSize, "max-size", "", "choose per-tensor types so that tensor data fits this size (e.g. 4G, 3500M)")
-	fl.StringVar(&f.splitMaxSize, "split-max-size", "", "split the output into shards of at most this size (e.g. 5G; G = 10^9 bytes)")
 	fl.IntVar(&f.splitMaxTensors, "split-max-tensors", 0, "split the output after this many tensors per shard")
 	fl.BoolVar(&f.noManifest, "no-manifest", false, "do not write SHA256SUMS")
-	fl.BoolVar(&f.dryRun, "dry-run", false, "print the per-tensor plan and totals without writing")
-	fl.BoolVar(&f.json, "json", false, "print the plan / summary as JSON")
-	fl.IntVar(&f.threads, "threads", 0, "encoding threads (0 = all CPUs)")
 	fl.StringVar(&f.name, "name", "", "general.name (default: the folder name)")
 	rootCmd.AddCommand(cmd)
 }
 
 func runConvert(cmd *cobra.Command, dir string, f *convertFlags) error {
-	opts := convert.Options{
-		OutType: f.outType, TurboQuant: f.turbo, ConfigPath: f.config, Force: f.force, EmbeddingType: f.embType,
-		IMatrixPath: f.imatrix, Overrides: f.overrides, Pure: f.pure, OutputTensorType: f.outputType,
-		TokenEmbeddingType: f.tokEmbType, Improved: f.improved, TargetBPW: f.targetBPW,
-		SplitMaxTensors: f.splitMaxTensors, NoManifest: f.noManifest, Threads: f.threads, Name: f.name,
-		Version: tqVersion(),
-	}
 	if f.turbo && cmd.Flags().Changed("outtype") {
 		return fmt.Errorf("--outtype and --use-turboquant are exclusive")
 	}
-	var err error
-	if opts.MaxSize, err = parseSize(f.maxSize); err != nil {
-		return fmt.Errorf("--max-size: %w", err)
-	}
-	if opts.SplitMaxSize, err = parseSize(f.splitMaxSize); err != nil {
-		return fmt.Errorf("--split-max-size: %w", err)
-	}
-	stderr := cmd.ErrOrStderr()
-	opts.Warn = func(msg string) { fmt.Fprintln(stderr, "warning:", msg) }
-	calibUsed, err := calibrationInputs(f.calibration, &opts)
+	opts, err := f.options(f.outType)
 	if err != nil {
 		return err
 	}
+	opts.Types.TurboQuant, opts.Types.ConfigPath, opts.Types.Force, opts.Types.EmbeddingType = f.turbo, f.config, f.force, f.embType
+	opts.Output.SplitMaxTensors, opts.Output.NoManifest = f.splitMaxTensors, f.noManifest
+	opts.Name = f.name
+	calibUsed, err := calibrationInputs(f.calibration, &opts, func(msg string) { fmt.Fprintln(cmd.ErrOrStderr(), "warning:", msg) })
+	if err != nil {
+		return err
+	}
+	out := f.out
+	checkOutput := func() error {
+		if out == "" {
+			t := f.outType
+			if f.turbo {
+				t = "turboquant"
+			}
+			abs, _ := filepath.Abs(dir)
+			out = filepath.Base(abs) + "-" + strings.ToLower(t) + ".gguf"
+		}
+		inputs := append(append(hfInputs(dir), f.imatrix), calibUsed...)
+		if f.turbo {
+			inputs = append(inputs, turboInputs(dir, f.config)...)
+		}
+		return checkGGUFOutput(inputs, out, f.splitMaxSize != "" || f.splitMaxTensors > 0, !f.noManifest)
+	}
+	return f.execute(cmd, opts, "converting",
+		func(o convert.Options) (*convert.Plan, error) { return convert.PlanConvert(dir, o) },
+		checkOutput,
+		func(ctx context.Context, o convert.Options) (*convert.Result, error) {
+			return convert.Convert(ctx, dir, out, o)
+		})
+}
+
+// writeFlags are the flags tq convert and tq quantize share: the adjustments of a preset, the
+// size budget, splitting by size, threads and what is printed.
+type writeFlags struct {
+	imatrix, outputType, tokEmbType, maxSize, splitMaxSize string
+	overrides                                              []string
+	pure, improved, dryRun, json                           bool
+	targetBPW                                              float64
+	threads                                                int
+}
+
+// register adds the shared flags. only prefixes the help of the flags that adjust a preset
+// ("presets: " where another policy exists).
+func (f *writeFlags) register(fl *pflag.FlagSet, only string) {
+	fl.StringVar(&f.imatrix, "imatrix", "", "llama.cpp importance matrix (imatrix.gguf or .dat)")
+	fl.StringArrayVar(&f.overrides, "tensor-type", nil, "PATTERN=TYPE: force the type of tensors whose name matches the regexp (repeatable)")
+	fl.BoolVar(&f.pure, "pure", false, only+"disable the mixture rules (one type for all quantized tensors)")
+	fl.StringVar(&f.outputType, "output-tensor-type", "", only+"type of output.weight")
+	fl.StringVar(&f.tokEmbType, "token-embedding-type", "", only+"type of token_embd.weight")
+	fl.BoolVar(&f.improved, "improved", false, "use tq's improved (lower-error) search for preset types instead of llama-quantize's exact algorithms")
+	fl.Float64Var(&f.targetBPW, "target-bpw", 0, "choose per-tensor types to reach this many bits per weight")
+	fl.StringVar(&f.maxSize, "max-size", "", "choose per-tensor types so that tensor data fits this size (e.g. 4G, 3500M)")
+	fl.StringVar(&f.splitMaxSize, "split-max-size", "", "split the output into shards of at most this size (e.g. 5G; G = 10^9 bytes)")
+	fl.BoolVar(&f.dryRun, "dry-run", false, "print the per-tensor plan and totals without writing")
+	fl.BoolVar(&f.json, "json", false, "print the plan / summary as JSON")
+	fl.IntVar(&f.threads, "threads", 0, "encoding threads (0 = all CPUs)")
+}
+
+// options returns the options the shared flags set, with preset typ.
+func (f *writeFlags) options(typ string) (convert.Options, error) {
+	opts := convert.Options{
+		Types: convert.TypeOptions{OutType: typ, IMatrixPath: f.imatrix, Overrides: f.overrides, Pure: f.pure,
+			OutputTensorType: f.outputType, TokenEmbeddingType: f.tokEmbType, Improved: f.improved, TargetBPW: f.targetBPW},
+		Output:  convert.OutputOptions{Threads: f.threads},
+		Version: tqVersion(),
+	}
+	var err error
+	if opts.Types.MaxSize, err = parseSize(f.maxSize); err != nil {
+		return opts, fmt.Errorf("--max-size: %w", err)
+	}
+	if opts.Output.SplitMaxSize, err = parseSize(f.splitMaxSize); err != nil {
+		return opts, fmt.Errorf("--split-max-size: %w", err)
+	}
+	return opts, nil
+}
+
+// execute prints warnings as they arise, then either prints the plan (--dry-run) or checks
+// the output (checkOutput) and writes it with a progress bar, leaving nothing behind when
+// interrupted, and prints the result.
+func (f *writeFlags) execute(cmd *cobra.Command, opts convert.Options, desc string,
+	plan func(convert.Options) (*convert.Plan, error), checkOutput func() error,
+	write func(context.Context, convert.Options) (*convert.Result, error)) error {
+	stderr := cmd.ErrOrStderr()
+	opts.Report.Warn = func(msg string) { fmt.Fprintln(stderr, "warning:", msg) }
 	if f.dryRun {
-		plan, err := convert.PlanConvert(dir, opts)
+		p, err := plan(opts)
 		if err != nil {
 			return err
 		}
-		return printPlan(cmd.OutOrStdout(), plan, f.json)
+		return printPlan(cmd.OutOrStdout(), p, f.json)
 	}
-	out := f.out
-	if out == "" {
-		t := f.outType
-		if f.turbo {
-			t = "turboquant"
-		}
-		abs, _ := filepath.Abs(dir)
-		out = filepath.Base(abs) + "-" + strings.ToLower(t) + ".gguf"
-	}
-	inputs := append(append(hfInputs(dir), f.imatrix), calibUsed...)
-	if f.turbo {
-		inputs = append(inputs, turboInputs(dir, f.config)...)
-	}
-	if err := checkGGUFOutput(inputs, out, f.splitMaxSize != "" || f.splitMaxTensors > 0, !f.noManifest); err != nil {
+	if err := checkOutput(); err != nil {
 		return err
 	}
 	ctx, stop := signalContext()
 	defer stop()
-	bar := newProgress(stderr, "converting")
-	opts.Progress = bar.update
-	res, err := convert.Convert(ctx, dir, out, opts)
+	bar := newProgress(stderr, desc)
+	opts.Report.Progress = bar.update
+	res, err := write(ctx, opts)
 	bar.finish()
 	if err != nil {
 		if ie := interrupted(ctx, err, "no output was written"); ie != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -9,11 +10,9 @@ import (
 )
 
 type quantizeFlags struct {
-	imatrix, outputType, tokEmbType, splitMaxSize, maxSize  string
-	overrides, include, exclude                             []string
-	pure, leaveOutput, allowRequant, improved, dryRun, json bool
-	targetBPW                                               float64
-	threads                                                 int
+	writeFlags
+	include, exclude          []string
+	leaveOutput, allowRequant bool
 }
 
 func init() {
@@ -35,22 +34,11 @@ algorithms llama-quantize uses are applied and the quantize.imatrix.* keys recor
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.imatrix, "imatrix", "", "llama.cpp importance matrix (imatrix.gguf or .dat)")
+	f.writeFlags.register(fl, "")
 	fl.StringArrayVar(&f.include, "include-weights", nil, "use importance only for tensors whose name contains this (repeatable)")
 	fl.StringArrayVar(&f.exclude, "exclude-weights", nil, "do not use importance for tensors whose name contains this (repeatable)")
-	fl.StringArrayVar(&f.overrides, "tensor-type", nil, "PATTERN=TYPE: force the type of tensors whose name matches the regexp (repeatable)")
-	fl.BoolVar(&f.pure, "pure", false, "disable the mixture rules")
-	fl.StringVar(&f.outputType, "output-tensor-type", "", "type of output.weight")
-	fl.StringVar(&f.tokEmbType, "token-embedding-type", "", "type of token_embd.weight")
 	fl.BoolVar(&f.leaveOutput, "leave-output-tensor", false, "do not quantize output.weight")
 	fl.BoolVar(&f.allowRequant, "allow-requantize", false, "allow re-encoding tensors that are already quantized")
-	fl.BoolVar(&f.improved, "improved", false, "use tq's improved (lower-error) search instead of llama-quantize's exact algorithms")
-	fl.Float64Var(&f.targetBPW, "target-bpw", 0, "choose per-tensor types to reach this many bits per weight")
-	fl.StringVar(&f.maxSize, "max-size", "", "choose per-tensor types so that tensor data fits this size")
-	fl.StringVar(&f.splitMaxSize, "split-max-size", "", "split the output into shards of at most this size (e.g. 5G)")
-	fl.BoolVar(&f.dryRun, "dry-run", false, "print the per-tensor plan and totals without writing")
-	fl.BoolVar(&f.json, "json", false, "print the plan / summary as JSON")
-	fl.IntVar(&f.threads, "threads", 0, "encoding threads (0 = all CPUs)")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -58,41 +46,20 @@ func runQuantize(cmd *cobra.Command, in, out, typ string, f *quantizeFlags) erro
 	if len(f.include) > 0 && len(f.exclude) > 0 {
 		return fmt.Errorf("--include-weights and --exclude-weights cannot be combined")
 	}
-	opts := convert.RequantizeOptions{Options: convert.Options{
-		OutType: typ, IMatrixPath: f.imatrix, Overrides: f.overrides, Pure: f.pure, OutputTensorType: f.outputType,
-		TokenEmbeddingType: f.tokEmbType, LeaveOutput: f.leaveOutput, Improved: f.improved, TargetBPW: f.targetBPW,
-		Threads: f.threads, Version: tqVersion(), IMatrixInclude: f.include, IMatrixExclude: f.exclude,
-	}, AllowRequantize: f.allowRequant}
-	var err error
-	if opts.MaxSize, err = parseSize(f.maxSize); err != nil {
-		return fmt.Errorf("--max-size: %w", err)
-	}
-	if opts.SplitMaxSize, err = parseSize(f.splitMaxSize); err != nil {
-		return fmt.Errorf("--split-max-size: %w", err)
-	}
-	stderr := cmd.ErrOrStderr()
-	opts.Warn = func(msg string) { fmt.Fprintln(stderr, "warning:", msg) }
-	if f.dryRun {
-		plan, err := convert.PlanRequantize(in, opts)
-		if err != nil {
-			return err
-		}
-		return printPlan(cmd.OutOrStdout(), plan, f.json)
-	}
-	if err := checkGGUFOutput(append(modelInputs(in), f.imatrix), out, f.splitMaxSize != "", true); err != nil {
-		return err
-	}
-	ctx, stop := signalContext()
-	defer stop()
-	bar := newProgress(stderr, "quantizing")
-	opts.Progress = bar.update
-	res, err := convert.Requantize(ctx, in, out, opts)
-	bar.finish()
+	opts, err := f.options(typ)
 	if err != nil {
-		if ie := interrupted(ctx, err, "no output was written"); ie != nil {
-			return ie
-		}
 		return err
 	}
-	return printResult(cmd.OutOrStdout(), res, f.json)
+	opts.Types.LeaveOutput, opts.Types.IMatrixInclude, opts.Types.IMatrixExclude = f.leaveOutput, f.include, f.exclude
+	requantize := func(o convert.Options) convert.RequantizeOptions {
+		return convert.RequantizeOptions{Options: o, AllowRequantize: f.allowRequant}
+	}
+	return f.execute(cmd, opts, "quantizing",
+		func(o convert.Options) (*convert.Plan, error) { return convert.PlanRequantize(in, requantize(o)) },
+		func() error {
+			return checkGGUFOutput(append(modelInputs(in), f.imatrix), out, f.splitMaxSize != "", true)
+		},
+		func(ctx context.Context, o convert.Options) (*convert.Result, error) {
+			return convert.Requantize(ctx, in, out, requantize(o))
+		})
 }

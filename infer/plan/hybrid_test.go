@@ -64,7 +64,7 @@ func TestHybridInventoryMatchesConversion(t *testing.T) {
 			t.Fatal(err)
 		}
 		out := filepath.Join(t.TempDir(), "m.gguf")
-		if _, err := convert.Convert(context.Background(), dir, out, convert.Options{OutType: "f16"}); err != nil {
+		if _, err := convert.Convert(context.Background(), dir, out, convert.Options{Types: convert.TypeOptions{OutType: "f16"}}); err != nil {
 			t.Fatal(err)
 		}
 		g, err := FromGGUF(out)

@@ -47,7 +47,7 @@ func TestBadInputMissingShard(t *testing.T) {
 		t.Fatalf("no second shard in %v", dirFiles(t, dir))
 	}
 	os.Remove(filepath.Join(dir, shard))
-	expectFailure(t, dir, Options{OutType: "f16"}, shard)
+	expectFailure(t, dir, Options{Types: TypeOptions{OutType: "f16"}}, shard)
 }
 
 func TestBadInputShapeMismatch(t *testing.T) {
@@ -56,7 +56,7 @@ func TestBadInputShapeMismatch(t *testing.T) {
 	b, _ := os.ReadFile(cfg)
 	b = bytes.Replace(b, []byte(`"intermediate_size": 512`), []byte(`"intermediate_size": 768`), 1)
 	os.WriteFile(cfg, b, 0o644)
-	expectFailure(t, dir, Options{OutType: "q8_0"}, "ffn_", "config.json")
+	expectFailure(t, dir, Options{Types: TypeOptions{OutType: "q8_0"}}, "ffn_", "config.json")
 }
 
 func TestBadInputDType(t *testing.T) {
@@ -70,7 +70,7 @@ func TestBadInputDType(t *testing.T) {
 	}
 	copy(b[i:], `"dtype":"I16" `)
 	os.WriteFile(path, b, 0o644)
-	expectFailure(t, dir, Options{OutType: "f16"}, "I16", "floating-point")
+	expectFailure(t, dir, Options{Types: TypeOptions{OutType: "f16"}}, "I16", "floating-point")
 
 	// FP8 weights whose config.json lost quantization_config.weight_block_size
 	o := fixtures.Preset("qwen3")
@@ -80,7 +80,7 @@ func TestBadInputDType(t *testing.T) {
 	cb, _ := os.ReadFile(cfg)
 	cb = bytes.Replace(cb, []byte(`"weight_block_size"`), []byte(`"weight_block_sizes"`), 1)
 	os.WriteFile(cfg, cb, 0o644)
-	expectFailure(t, dir, Options{OutType: "f16"}, "weight_block_size", "_scale_inv")
+	expectFailure(t, dir, Options{Types: TypeOptions{OutType: "f16"}}, "weight_block_size", "_scale_inv")
 }
 
 func TestBadInputNaN(t *testing.T) {
@@ -103,7 +103,7 @@ func TestBadInputNaN(t *testing.T) {
 	f.WriteAt(nan[:], ti.Offset+2*1000)
 	f.Close()
 	for _, ot := range []string{"f16", "q4_k_m"} {
-		expectFailure(t, dir, Options{OutType: ot}, "blk.1.ffn_down.weight", "model.layers.1.mlp.down_proj.weight", "NaN")
+		expectFailure(t, dir, Options{Types: TypeOptions{OutType: ot}}, "blk.1.ffn_down.weight", "model.layers.1.mlp.down_proj.weight", "NaN")
 	}
 }
 
@@ -112,11 +112,11 @@ func TestBadOutput(t *testing.T) {
 	// parent is a file
 	p := filepath.Join(t.TempDir(), "file")
 	os.WriteFile(p, []byte("x"), 0o644)
-	if _, err := Convert(context.Background(), dir, filepath.Join(p, "out.gguf"), Options{OutType: "f16"}); err == nil {
+	if _, err := Convert(context.Background(), dir, filepath.Join(p, "out.gguf"), Options{Types: TypeOptions{OutType: "f16"}}); err == nil {
 		t.Error("output under a regular file accepted")
 	}
 	// missing directory
-	if _, err := Convert(context.Background(), dir, filepath.Join(t.TempDir(), "no", "such", "out.gguf"), Options{OutType: "f16"}); err == nil {
+	if _, err := Convert(context.Background(), dir, filepath.Join(t.TempDir(), "no", "such", "out.gguf"), Options{Types: TypeOptions{OutType: "f16"}}); err == nil {
 		t.Error("output in a missing directory accepted")
 	}
 	// read-only directory (root ignores permissions)
@@ -124,7 +124,7 @@ func TestBadOutput(t *testing.T) {
 		ro := t.TempDir()
 		os.Chmod(ro, 0o555)
 		defer os.Chmod(ro, 0o755)
-		if _, err := Convert(context.Background(), dir, filepath.Join(ro, "out.gguf"), Options{OutType: "f16"}); err == nil {
+		if _, err := Convert(context.Background(), dir, filepath.Join(ro, "out.gguf"), Options{Types: TypeOptions{OutType: "f16"}}); err == nil {
 			t.Error("read-only directory accepted")
 		}
 	}
@@ -137,13 +137,13 @@ func TestCancelLeavesNothing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	calls := 0
-	_, err := Convert(ctx, dir, filepath.Join(outDir, "out.gguf"), Options{OutType: "q8_0", SplitMaxTensors: 5,
-		Progress: func(done, total int64) {
+	_, err := Convert(ctx, dir, filepath.Join(outDir, "out.gguf"), Options{Types: TypeOptions{OutType: "q8_0"}, Output: OutputOptions{SplitMaxTensors: 5},
+		Report: ReportOptions{Progress: func(done, total int64) {
 			calls++
 			if calls == 2 {
 				cancel()
 			}
-		}})
+		}}})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("want context.Canceled, got %v", err)
 	}

@@ -59,9 +59,9 @@ func TestBenchChild(t *testing.T) {
 	var res *Result
 	var err error
 	if req.Op == "requantize" {
-		res, err = Requantize(context.Background(), req.In, req.Out, RequantizeOptions{Options: Options{OutType: req.Type, NoManifest: true}})
+		res, err = Requantize(context.Background(), req.In, req.Out, RequantizeOptions{Options: Options{Types: TypeOptions{OutType: req.Type}, Output: OutputOptions{NoManifest: true}}})
 	} else {
-		res, err = Convert(context.Background(), req.In, req.Out, Options{OutType: req.Type, TurboQuant: req.Turbo, NoManifest: true})
+		res, err = Convert(context.Background(), req.In, req.Out, Options{Types: TypeOptions{OutType: req.Type, TurboQuant: req.Turbo}, Output: OutputOptions{NoManifest: true}})
 	}
 	r := benchChild{Seconds: time.Since(start).Seconds(), VmHWMKiB: vmHWM()}
 	if err != nil {

@@ -78,20 +78,10 @@ type budgetTensor struct {
 	at   int
 }
 
-// applyBudget replaces the free decisions by the budget solver's choice.
-func applyBudget(p *Plan, model policy.Model, ts []policy.Tensor, ds []policy.Decision, plans []*tensorPlan,
-	imp *importanceLookup, opts *Options) ([]policy.Decision, error) {
-	reads := make([]func(r0, n int64, dst []float32) error, len(plans))
-	rpm := make([]int64, len(plans))
-	for i, tp := range plans {
-		reads[i] = tp.read
-		rpm[i] = tp.rowsPerMatrix
-	}
-	return solveBudget(p, ts, ds, reads, rpm, imp, opts)
-}
-
+// solveBudget replaces the free decisions by the budget solver's choice. reads[i] reads rows
+// of ts[i]; rowsPerMatrix[i] is the rows of one of its matrices.
 func solveBudget(p *Plan, ts []policy.Tensor, ds []policy.Decision, reads []func(r0, n int64, dst []float32) error,
-	rowsPerMatrix []int64, imp *importanceLookup, opts *Options) ([]policy.Decision, error) {
+	rowsPerMatrix []int64, imp *importanceLookup, opts *TypeOptions) ([]policy.Decision, error) {
 	if opts.TargetBPW < 0 || opts.MaxSize < 0 {
 		return nil, fmt.Errorf("negative size budget")
 	}
@@ -129,7 +119,7 @@ func solveBudget(p *Plan, ts []policy.Tensor, ds []policy.Decision, reads []func
 		if opts.TurboQuant {
 			floor = d.Type
 		}
-		bt, err := measureTensor(i, t, reads[i], rowsPerMatrix[i], imp, opts, floor)
+		bt, err := measureTensor(i, t, reads[i], rowsPerMatrix[i], imp, opts.Improved, floor)
 		if err != nil {
 			return nil, err
 		}
@@ -179,7 +169,7 @@ func solveBudget(p *Plan, ts []policy.Tensor, ds []policy.Decision, reads []func
 
 // measureTensor builds the convex hull of (bytes, predicted cost) over the tensor's ladder.
 func measureTensor(idx int, t policy.Tensor, read func(r0, n int64, dst []float32) error, rowsPerMatrix int64,
-	imp *importanceLookup, opts *Options, floor gguf.GGMLType) (*budgetTensor, error) {
+	imp *importanceLookup, improved bool, floor gguf.GGMLType) (*budgetTensor, error) {
 	cols := t.Cols()
 	rows := t.Elements() / cols
 	lad := ladderAbove(ladderFor(cols), floor, cols)
@@ -211,7 +201,7 @@ func measureTensor(idx int, t policy.Tensor, read func(r0, n int64, dst []float3
 			energy += weightAt(w, c) * float64(v) * float64(v)
 		}
 		for k, typ := range lad {
-			if err := roundTrip(typ, x, y, w, opts.Improved, t.Name); err != nil {
+			if err := roundTrip(typ, x, y, w, improved, t.Name); err != nil {
 				return nil, err
 			}
 			var e float64

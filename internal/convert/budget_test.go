@@ -50,12 +50,12 @@ func TestTargetBPW(t *testing.T) {
 	}
 	// at the size of the Q4_K_M mixture, the solver's choice has no more error than Q4_K_M
 	q4 := filepath.Join(t.TempDir(), "q4.gguf")
-	q4res, err := Convert(context.Background(), dir, q4, Options{OutType: "q4_k_m"})
+	q4res, err := Convert(context.Background(), dir, q4, Options{Types: TypeOptions{OutType: "q4_k_m"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	bud := filepath.Join(t.TempDir(), "bud.gguf")
-	budRes, err := Convert(context.Background(), dir, bud, Options{MaxSize: q4res.Plan.Bytes})
+	budRes, err := Convert(context.Background(), dir, bud, Options{Types: TypeOptions{MaxSize: q4res.Plan.Bytes}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestTargetBPW(t *testing.T) {
 	}
 	for _, bpw := range targets {
 		out := filepath.Join(t.TempDir(), "m.gguf")
-		res, err := Convert(context.Background(), dir, out, Options{TargetBPW: bpw})
+		res, err := Convert(context.Background(), dir, out, Options{Types: TypeOptions{TargetBPW: bpw}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -90,20 +90,20 @@ func TestTargetBPW(t *testing.T) {
 		}
 		prevErr = e
 	}
-	if _, err := PlanConvert(dir, Options{TargetBPW: 1.0}); err == nil || !strings.Contains(err.Error(), "smallest possible") {
+	if _, err := PlanConvert(dir, Options{Types: TypeOptions{TargetBPW: 1.0}}); err == nil || !strings.Contains(err.Error(), "smallest possible") {
 		t.Errorf("infeasible budget: %v", err)
 	}
 	// max-size with turboquant: the policy's types are a floor (a budget below the policy's own
 	// size is refused), lm_head stays F16 (fixed), and the extra bytes go to some tensors
-	base, err := PlanConvert(dir, Options{TurboQuant: true})
+	base, err := PlanConvert(dir, Options{Types: TypeOptions{TurboQuant: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := PlanConvert(dir, Options{TurboQuant: true, MaxSize: base.Bytes - 1}); err == nil || !strings.Contains(err.Error(), "smallest possible") {
+	if _, err := PlanConvert(dir, Options{Types: TypeOptions{TurboQuant: true, MaxSize: base.Bytes - 1}}); err == nil || !strings.Contains(err.Error(), "smallest possible") {
 		t.Errorf("turboquant budget below the policy's size: %v", err)
 	}
 	limit := base.Bytes + base.Bytes/10
-	p, err := PlanConvert(dir, Options{TurboQuant: true, MaxSize: limit})
+	p, err := PlanConvert(dir, Options{Types: TypeOptions{TurboQuant: true, MaxSize: limit}})
 	if err != nil {
 		t.Fatal(err)
 	}

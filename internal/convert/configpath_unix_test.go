@@ -23,7 +23,7 @@ func TestTurboQuantRefusesIrregularConfigFiles(t *testing.T) {
 	plan := func(cfgPath string) error {
 		done := make(chan error, 1)
 		go func() {
-			_, err := PlanConvert(dir, Options{TurboQuant: true, ConfigPath: cfgPath})
+			_, err := PlanConvert(dir, Options{Types: TypeOptions{TurboQuant: true, ConfigPath: cfgPath}})
 			done <- err
 		}()
 		select {

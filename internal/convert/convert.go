@@ -1,14 +1,12 @@
-// Package convert turns a Hugging Face model folder (config.json, *.safetensors, tokenizer) into
-// a GGUF file that llama.cpp loads unchanged, and requantizes GGUF files.
+// Package convert turns a model into a GGUF file that llama.cpp loads unchanged: a Hugging
+// Face folder read through internal/modelsrc (Convert), or a GGUF file (Requantize).
 //
-// Architecture knowledge lives in one file per architecture (arch_*.go: tensor names, q/k
-// permutation, expert stacking, metadata keys, exactly as llama.cpp's convert_hf_to_gguf.py
-// writes them). The type of every tensor comes from internal/convert/policy (llama.cpp presets,
-// turboquant, size budgets). The pipeline streams: tensors are read row-chunk by row-chunk with
-// pread (BF16/F16/F32/FP8 with block scales decoded on the fly), encoded by a pool of goroutines
-// and written in order through gguf.Writer (atomic, optionally split, SHA256SUMS), so memory
-// stays bounded whatever the model size. OpenHFAsGGUF exposes an HF folder as GGUF-named float32
-// tensors for the runner.
+// It plans and writes. The type of every tensor comes from internal/convert/policy (llama.cpp
+// presets, turboquant) and the size budget (budget.go); the output metadata is the source's
+// plus the type and provenance keys. The pipeline streams: tensors are read row-chunk by
+// row-chunk from the source, encoded by a pool of goroutines and written in order through
+// gguf.Writer (atomic, optionally split, SHA256SUMS), so memory stays bounded whatever the
+// model size.
 package convert
 
 import (
@@ -24,70 +22,11 @@ import (
 
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/internal/convert/policy"
+	"github.com/tq-project/tq/internal/imatrix"
+	"github.com/tq-project/tq/internal/modelsrc"
 	"github.com/tq-project/tq/internal/safetensors"
 	"github.com/tq-project/tq/quant"
 )
-
-// Options configures Convert (and, where it applies, Requantize).
-type Options struct {
-	// OutType is the preset: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k_s q3_k_m q3_k_l
-	// q4_k_s q4_k_m q5_k_s q5_k_m q6_k iq4_nl iq4_xs, or "auto"/"" (BF16 when the checkpoint's
-	// weights are BF16, else F16, as convert_hf_to_gguf.py --outtype auto).
-	OutType string
-	// TurboQuant selects the turboquant policy (see policy.TurboPolicy).
-	TurboQuant bool
-	// ConfigPath is quantize_config.json; "" looks for quantize_config.json in the model
-	// folder and, when absent, uses policy.DefaultTurboConfig with a warning.
-	ConfigPath string
-	// Force accepts a turboquant config whose skip_layers lacks lm_head.
-	Force bool
-	// EmbeddingType overrides the turboquant embedding type (default q8_0).
-	EmbeddingType string
-	// IMatrixPath is a llama.cpp imatrix (GGUF or .dat) used as importance weights.
-	IMatrixPath string
-	// IMatrixInclude / IMatrixExclude filter the imatrix entries by name substring
-	// (llama-quantize --include-weights / --exclude-weights).
-	IMatrixInclude, IMatrixExclude []string
-	// Importance supplies importance weights directly (the calibration stage); it wins over
-	// IMatrixPath for the tensors it knows.
-	Importance ImportanceSource
-	// Overrides are --tensor-type PATTERN=TYPE items (presets only).
-	Overrides []string
-	// Pure disables the preset mixture rules.
-	Pure bool
-	// OutputTensorType / TokenEmbeddingType force those tensors' types (presets only).
-	OutputTensorType   string
-	TokenEmbeddingType string
-	// LeaveOutput keeps output.weight unquantized (requantize).
-	LeaveOutput bool
-	// Hessians supplies the calibration's input Gram matrices: every quantized tensor whose
-	// input has one is encoded with the error-compensating search (quant.QuantizeGPTQ),
-	// whatever the preset or policy (see hessian.go). nil: none.
-	Hessians HessianSource
-	// Improved uses quant.ModeImproved for preset types too (turboquant always uses it for the
-	// int4/int8 layers); the default reproduces llama-quantize's bytes.
-	Improved bool
-	// TargetBPW / MaxSize choose per-tensor types under a budget (bits per weight over all
-	// tensors / total tensor bytes); see budget.go.
-	TargetBPW float64
-	MaxSize   int64
-	// SplitMaxSize splits the output into shards of at most this many tensor bytes;
-	// SplitMaxTensors after that many tensors.
-	SplitMaxSize    int64
-	SplitMaxTensors int
-	// NoManifest disables SHA256SUMS.
-	NoManifest bool
-	// Threads bounds the encoding goroutines (0: all CPUs).
-	Threads int
-	// Name is general.name (default: the model folder's name).
-	Name string
-	// Version is the tq version recorded in the provenance keys.
-	Version string
-	// Progress receives bytes written so far and the total.
-	Progress func(done, total int64)
-	// Warn receives warnings as they arise (they are also listed in Plan.Warnings).
-	Warn func(msg string)
-}
 
 // Result describes a finished conversion.
 type Result struct {
@@ -97,75 +36,21 @@ type Result struct {
 	Seconds  float64            `json:"seconds"`
 }
 
-func (o *Options) warn(p *Plan, format string, a ...any) {
-	msg := fmt.Sprintf(format, a...)
-	p.Warnings = append(p.Warnings, msg)
-	if o.Warn != nil {
-		o.Warn(msg)
-	}
-}
-
-// hfModel is an opened HF folder with its tensor plans.
-type hfModel struct {
-	dir   string
-	h     *hparams
-	ctx   *archCtx
-	st    *safetensors.Model
-	plans []*tensorPlan
-	// srcDType is the dominant checkpoint dtype of 2-D weights (for --outtype auto).
-	srcDType safetensors.DType
-}
-
-func openHF(dir string) (*hfModel, error) {
-	h, err := loadHParams(dir)
-	if err != nil {
-		return nil, err
-	}
-	a, _, err := findArch(h)
-	if err != nil {
-		return nil, err
-	}
-	c, err := newArchCtx(h, a)
-	if err != nil {
-		return nil, err
-	}
-	st, err := safetensors.Open(dir)
-	if err != nil {
-		return nil, fmt.Errorf("model folder %s: %w", dir, err)
-	}
-	plans, err := buildPlans(c, st)
-	if err != nil {
-		st.Close()
-		return nil, err
-	}
-	m := &hfModel{dir: dir, h: h, ctx: c, st: st, plans: plans, srcDType: safetensors.F16}
-	// first >=2-D BF16/F16 tensor decides --outtype auto (F32 tensors are skipped)
-	for _, ti := range st.Tensors() {
-		if len(ti.Shape) >= 2 && (ti.DType == safetensors.BF16 || ti.DType == safetensors.F16) {
-			m.srcDType = ti.DType
-			break
-		}
-	}
-	return m, nil
-}
-
-func (m *hfModel) Close() error { return m.st.Close() }
-
 // Convert converts the HF model folder dir into the GGUF file out (or shards next to it).
 // On any error, or when ctx is cancelled, nothing named like the output is left behind.
 func Convert(ctx context.Context, dir, out string, opts Options) (*Result, error) {
 	start := time.Now()
-	m, err := openHF(dir)
+	src, err := modelsrc.OpenHF(dir)
 	if err != nil {
 		return nil, err
 	}
-	defer m.Close()
-	plan, err := planHF(m, &opts)
+	defer src.Close()
+	plan, err := planHF(src, &opts.Types, opts.Name, opts.Version, opts.Report.Warn)
 	if err != nil {
 		return nil, err
 	}
 	res := &Result{Plan: plan}
-	files, manifest, err := writePlan(ctx, plan, out, &opts)
+	files, manifest, err := writePlan(ctx, plan, out, &opts.Output, opts.Report.Progress)
 	if err != nil {
 		return nil, err
 	}
@@ -176,18 +61,26 @@ func Convert(ctx context.Context, dir, out string, opts Options) (*Result, error
 
 // PlanConvert computes what Convert would write without writing anything (--dry-run).
 func PlanConvert(dir string, opts Options) (*Plan, error) {
-	m, err := openHF(dir)
+	src, err := modelsrc.OpenHF(dir)
 	if err != nil {
 		return nil, err
 	}
-	defer m.Close()
-	return planHF(m, &opts)
+	defer src.Close()
+	return planHF(src, &opts.Types, opts.Name, opts.Version, opts.Report.Warn)
+}
+
+// ImportanceSource supplies per-column importance weights (the mean squared input activation
+// of every input column, as llama.cpp's imatrix holds them) for a GGUF tensor. expert is the
+// index of the matrix inside a stacked 3-D tensor (ffn_*_exps), 0 for ordinary 2-D weights.
+// The calibration stage implements it; so does imatrix.Means for GGUF imatrix files.
+type ImportanceSource interface {
+	Importance(ggufTensorName string, expert int) ([]float32, bool)
 }
 
 // importanceLookup resolves the importance of a tensor's matrices from the configured sources.
 type importanceLookup struct {
 	src ImportanceSource
-	im  *IMatrix
+	im  *imatrix.Means
 }
 
 func (l *importanceLookup) enabled() bool { return l != nil && (l.src != nil || l.im != nil) }
@@ -226,14 +119,14 @@ func (l *importanceLookup) forTensor(name string, cols int64) (func(int64) ([]fl
 	return nil, nil
 }
 
-func (o *Options) loadImportance(p *Plan, configImatrix string) (*importanceLookup, error) {
+func (o *TypeOptions) loadImportance(p *Plan, configImatrix string) (*importanceLookup, error) {
 	l := &importanceLookup{src: o.Importance}
 	path := o.IMatrixPath
 	if path == "" {
 		path = configImatrix
 	}
 	if path != "" {
-		im, err := LoadIMatrix(path)
+		im, err := imatrix.LoadMeans(path)
 		if err != nil {
 			return nil, err
 		}
@@ -244,10 +137,10 @@ func (o *Options) loadImportance(p *Plan, configImatrix string) (*importanceLook
 	return l, nil
 }
 
-func policyTensors(plans []*tensorPlan) []policy.Tensor {
-	ts := make([]policy.Tensor, len(plans))
-	for i, p := range plans {
-		ts[i] = policy.Tensor{Name: p.name, Shape: p.shape, Sources: trimWeight(p.sources)}
+func policyTensors(descs []modelsrc.TensorDesc) []policy.Tensor {
+	ts := make([]policy.Tensor, len(descs))
+	for i, d := range descs {
+		ts[i] = policy.Tensor{Name: d.Name, Shape: d.Shape, Sources: trimWeight(d.Sources)}
 		ts[i].Type = policy.ConverterFloatType(ts[i], gguf.TypeF16)
 	}
 	return ts
@@ -261,36 +154,68 @@ func trimWeight(s []string) []string {
 	return out
 }
 
-func planHF(m *hfModel, opts *Options) (*Plan, error) {
-	c := m.ctx
-	p := &Plan{Input: m.dir, Arch: c.arch.name}
-	md, err := hfMetadata(m, opts)
-	if err != nil {
-		return nil, err
+// rowsOf returns the number of rows of a ggml shape (a row has shape[0] elements) and the
+// rows of one matrix (shape[1]; a stacked 3-D tensor holds shape[2] matrices).
+func rowsOf(shape []int64) (rows, perMatrix int64) {
+	rows, perMatrix = 1, 1
+	for _, d := range shape[min(1, len(shape)):] {
+		rows *= d
 	}
-	p.metadata = md
-	for _, tp := range m.plans {
-		if strings.Contains(tp.name, "_shexp") && !c.arch.sharedExperts {
-			opts.warn(p, "the checkpoint has shared-expert tensors (%s, ...): llama.cpp's %s architecture has no shared experts and will refuse this file", tp.name, c.arch.name)
+	if len(shape) >= 2 {
+		perMatrix = shape[1]
+	}
+	return rows, perMatrix
+}
+
+// outputMetadata is the source's metadata without the keys the planner sets once the types
+// are known (general.file_type, general.quantization_version), with general.name replaced
+// when name is set.
+func outputMetadata(src gguf.Metadata, name string) gguf.Metadata {
+	md := src.Clone()
+	md.Delete("general.file_type")
+	md.Delete("general.quantization_version")
+	if name != "" {
+		md.Set("general.name", gguf.String(name))
+	}
+	return md
+}
+
+// planHF plans the conversion of an HF model: types (t), metadata with general.name (name, ""
+// for the folder's name) and the provenance of tq version, warnings passed to warn as well.
+func planHF(src *modelsrc.HFSource, t *TypeOptions, name, version string, warn func(string)) (*Plan, error) {
+	info := src.Info()
+	descs := src.Tensors()
+	p := &Plan{Input: info.Dir, Arch: info.Arch, onWarn: warn}
+	p.metadata = outputMetadata(src.Metadata(), name)
+	for _, d := range descs {
+		if strings.Contains(d.Name, "_shexp") && !info.SharedExperts {
+			p.warn("the checkpoint has shared-expert tensors (%s, ...): llama.cpp's %s architecture has no shared experts and will refuse this file", d.Name, info.Arch)
 			break
 		}
 	}
-	if c.skipped > 0 {
-		opts.warn(p, "skipped %d vision/audio tensor(s) (e.g. %s): the GGUF holds the text model only; llama.cpp's converter writes the multimodal tower to a separate mmproj file, which tq does not produce", c.skipped, c.skippedExample)
+	if info.Skipped > 0 {
+		p.warn("skipped %d vision/audio tensor(s) (e.g. %s): the GGUF holds the text model only; llama.cpp's converter writes the multimodal tower to a separate mmproj file, which tq does not produce", info.Skipped, info.SkippedExample)
 	}
-	ts := policyTensors(m.plans)
-	model := policy.Model{Arch: c.arch.name, NLayer: int(c.nBlocks()), NHead: int(c.nHead), NHeadKV: int(c.nHeadKV), NExpert: int(c.nExpert)}
+	ts := policyTensors(descs)
+	model := policy.Model{Arch: info.Arch, NLayer: info.Blocks, NHead: info.Heads, NHeadKV: info.HeadsKV, NExpert: info.Experts}
 
-	decisions, ftype, cfgImatrix, err := decide(p, model, ts, opts, m.srcDType, m.dir)
+	decisions, ftype, cfgImatrix, err := decide(p, model, ts, t, version, info.SourceDType, info.Dir)
 	if err != nil {
 		return nil, err
 	}
-	imp, err := opts.loadImportance(p, cfgImatrix)
+	imp, err := t.loadImportance(p, cfgImatrix)
 	if err != nil {
 		return nil, err
 	}
-	if opts.TargetBPW > 0 || opts.MaxSize > 0 {
-		decisions, err = applyBudget(p, model, ts, decisions, m.plans, imp, opts)
+	reads := make([]func(r0, n int64, dst []float32) error, len(descs))
+	rpm := make([]int64, len(descs))
+	for i, d := range descs {
+		name := d.Name
+		reads[i] = func(r0, n int64, dst []float32) error { return src.ReadRows(name, r0, n, dst) }
+		_, rpm[i] = rowsOf(d.Shape)
+	}
+	if t.TargetBPW > 0 || t.MaxSize > 0 {
+		decisions, err = solveBudget(p, ts, decisions, reads, rpm, imp, t)
 		if err != nil {
 			return nil, err
 		}
@@ -301,29 +226,26 @@ func planHF(m *hfModel, opts *Options) (*Plan, error) {
 	p.metadata.Set("general.file_type", gguf.Uint32(uint32(ftype)))
 	p.metadata.Set("general.quantization_version", gguf.Uint32(2))
 
-	for i, tp := range m.plans {
+	for i, td := range descs {
 		d := decisions[i]
-		j := &job{name: tp.name, shape: tp.shape, rows: tp.rows, cols: tp.cols, rowsPerMatrix: tp.rowsPerMatrix,
-			typ: d.Type, read: tp.read}
-		if opts.Improved || d.Weighted {
+		rows, _ := rowsOf(td.Shape)
+		j := &job{name: td.Name, shape: td.Shape, rows: rows, cols: ts[i].Cols(), rowsPerMatrix: rpm[i],
+			typ: d.Type, read: reads[i]}
+		if t.Improved || d.Weighted {
 			j.mode = quant.ModeImproved
 		}
-		if err := attachImportance(p, j, d, imp, opts); err != nil {
+		if err := attachImportance(p, j, d, imp); err != nil {
 			return nil, err
 		}
 		if d.Quantize {
-			attachHessian(j, opts.Hessians, opts.Threads+2)
+			attachHessian(j, t.Hessians)
 		}
 		nb, err := j.nbytes()
 		if err != nil {
 			return nil, err
 		}
-		src := "F32"
-		if len(tp.parts) > 0 {
-			src = tp.parts[0].src.info.DType.String()
-		}
-		p.Tensors = append(p.Tensors, PlanTensor{Name: tp.name, Type: d.Type.String(), Shape: tp.shape, Bytes: nb,
-			Rule: d.Rule, SourceType: src, Sources: tp.sources, Importance: j.importance != nil, Hessian: j.hessian != nil})
+		p.Tensors = append(p.Tensors, PlanTensor{Name: td.Name, Type: d.Type.String(), Shape: td.Shape, Bytes: nb,
+			Rule: d.Rule, SourceType: td.SourceType, Sources: td.Sources, Importance: j.importance != nil, Hessian: j.hessian != nil})
 		if d.Fallback {
 			p.Fallbacks++
 		}
@@ -333,7 +255,7 @@ func planHF(m *hfModel, opts *Options) (*Plan, error) {
 	return p, nil
 }
 
-func attachImportance(p *Plan, j *job, d policy.Decision, imp *importanceLookup, opts *Options) error {
+func attachImportance(p *Plan, j *job, d policy.Decision, imp *importanceLookup) error {
 	tr, _ := d.Type.Traits()
 	if !tr.Quantized || !imp.enabled() || !d.Quantize {
 		return nil
@@ -341,7 +263,7 @@ func attachImportance(p *Plan, j *job, d policy.Decision, imp *importanceLookup,
 	f, err := imp.forTensor(j.name, j.cols)
 	if err != nil {
 		if policy.CategoryOf(j.name) == policy.CatTokenEmbd {
-			opts.warn(p, "%v; quantizing %s without importance", err, j.name)
+			p.warn("%v; quantizing %s without importance", err, j.name)
 			return nil
 		}
 		return err
@@ -354,7 +276,8 @@ func attachImportance(p *Plan, j *job, d policy.Decision, imp *importanceLookup,
 // the config's imatrix path (turboquant). A preset's file type is the preset, whatever tensors
 // --tensor-type and the mixture rules change, as llama-quantize writes the requested ftype
 // (llama_model_quantize_impl in src/llama-quant.cpp); turboquant's is mixtureFileType's.
-func decide(p *Plan, model policy.Model, ts []policy.Tensor, opts *Options, srcDType safetensors.DType, dir string) ([]policy.Decision, policy.FileType, string, error) {
+// version is the tq version turboquant's provenance keys record.
+func decide(p *Plan, model policy.Model, ts []policy.Tensor, opts *TypeOptions, version string, srcDType safetensors.DType, dir string) ([]policy.Decision, policy.FileType, string, error) {
 	if opts.TurboQuant {
 		p.Policy = "turboquant"
 		cfgPath := opts.ConfigPath
@@ -366,7 +289,7 @@ func decide(p *Plan, model policy.Model, ts []policy.Tensor, opts *Options, srcD
 		var cfg *policy.TurboConfig
 		if cfgPath == "" {
 			cfg = policy.DefaultTurboConfig()
-			opts.warn(p, "no quantize_config.json (run `tq calibrate` first): using the default turboquant policy without importance weights")
+			p.warn("no quantize_config.json (run `tq calibrate` first): using the default turboquant policy without importance weights")
 		} else {
 			var err error
 			cfg, err = policy.LoadTurboConfig(cfgPath)
@@ -374,7 +297,7 @@ func decide(p *Plan, model policy.Model, ts []policy.Tensor, opts *Options, srcD
 				return nil, 0, "", err
 			}
 			for _, k := range cfg.Unknown {
-				opts.warn(p, "%s: unknown key %q ignored", cfgPath, k)
+				p.warn("%s: unknown key %q ignored", cfgPath, k)
 			}
 		}
 		tp := &policy.TurboPolicy{Config: cfg, Force: opts.Force}
@@ -393,14 +316,14 @@ func decide(p *Plan, model policy.Model, ts []policy.Tensor, opts *Options, srcD
 			return nil, 0, "", fmt.Errorf("quantize config: %w", err)
 		}
 		for _, w := range tp.Warnings {
-			opts.warn(p, "%s: %s", cmp.Or(cfgPath, "default turboquant policy"), w)
+			p.warn("%s: %s", cmp.Or(cfgPath, "default turboquant policy"), w)
 		}
 		if opts.Force {
 			if err := cfg.CheckSkipsLMHead(false); err != nil {
-				opts.warn(p, "--force: quantizing lm_head although turboquant keeps it in F16")
+				p.warn("--force: quantizing lm_head although turboquant keeps it in F16")
 			}
 		}
-		addTurboProvenance(&p.metadata, cfg, cfgPath, opts.Version)
+		addTurboProvenance(&p.metadata, cfg, cfgPath, version)
 		imPath, err := configImatrixPath(cfgPath, cfg.Imatrix)
 		if err != nil {
 			return nil, 0, "", err
@@ -438,7 +361,7 @@ func decide(p *Plan, model policy.Model, ts []policy.Tensor, opts *Options, srcD
 	return ds, ft, "", nil
 }
 
-func (o *Options) mixture(ft policy.FileType) (*policy.Mixture, error) {
+func (o *TypeOptions) mixture(ft policy.FileType) (*policy.Mixture, error) {
 	mix := policy.NewMixture(ft)
 	mix.Pure = o.Pure
 	mix.LeaveOutput = o.LeaveOutput
@@ -466,8 +389,9 @@ func (o *Options) mixture(ft policy.FileType) (*policy.Mixture, error) {
 	return mix, nil
 }
 
-// writePlan writes the plan's tensors to out.
-func writePlan(ctx context.Context, p *Plan, out string, opts *Options) (files []gguf.WrittenFile, manifest string, err error) {
+// writePlan writes the plan's tensors to out, passing bytes written and the total to progress
+// (nil: no reports).
+func writePlan(ctx context.Context, p *Plan, out string, opts *OutputOptions, progressTo func(done, total int64)) (files []gguf.WrittenFile, manifest string, err error) {
 	if p.jobs == nil && len(p.Tensors) > 0 {
 		return nil, "", errors.New("plan has no tensor sources")
 	}
@@ -495,9 +419,15 @@ func writePlan(ctx context.Context, p *Plan, out string, opts *Options) (files [
 		}
 	}
 	var progress func(int64)
-	if opts.Progress != nil {
+	if progressTo != nil {
 		total := p.Bytes
-		progress = func(done int64) { opts.Progress(done, total) }
+		progress = func(done int64) { progressTo(done, total) }
+	}
+	for _, j := range p.jobs {
+		if j.hessians != nil {
+			// a few matrices per encoding goroutine stay factorised (hessian.go)
+			j.hessians.keep = max(2, opts.Threads+2)
+		}
 	}
 	threads := opts.Threads
 	if threads <= 0 {

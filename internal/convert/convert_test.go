@@ -11,6 +11,7 @@ import (
 
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/internal/fixtures"
+	"github.com/tq-project/tq/internal/modelsrc"
 	"github.com/tq-project/tq/internal/safetensors"
 	"github.com/tq-project/tq/quant"
 )
@@ -55,7 +56,7 @@ func TestConvertExactValues(t *testing.T) {
 			}
 			for _, ot := range outs {
 				out := filepath.Join(t.TempDir(), "m.gguf")
-				res, err := Convert(context.Background(), dir, out, Options{OutType: ot})
+				res, err := Convert(context.Background(), dir, out, Options{Types: TypeOptions{OutType: ot}})
 				if err != nil {
 					t.Fatalf("%s: %v", ot, err)
 				}
@@ -140,7 +141,7 @@ func TestOpenHFAsGGUFMatchesF32(t *testing.T) {
 	o.FP8 = true
 	dir := genModel(t, o)
 	out := filepath.Join(t.TempDir(), "m.gguf")
-	if _, err := Convert(context.Background(), dir, out, Options{OutType: "f32"}); err != nil {
+	if _, err := Convert(context.Background(), dir, out, Options{Types: TypeOptions{OutType: "f32"}}); err != nil {
 		t.Fatal(err)
 	}
 	m, err := gguf.Open(out)
@@ -148,7 +149,7 @@ func TestOpenHFAsGGUFMatchesF32(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	src, err := OpenHFAsGGUF(dir)
+	src, err := modelsrc.OpenHF(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +198,7 @@ func TestOpenHFAsGGUFMatchesF32(t *testing.T) {
 // A dry-run plan predicts the written file: same tensors, types and sizes; JSON round-trips.
 func TestPlanMatchesOutput(t *testing.T) {
 	dir := genModel(t, fixtures.Preset("qwen3moe"))
-	opts := Options{OutType: "q4_k_m"}
+	opts := Options{Types: TypeOptions{OutType: "q4_k_m"}}
 	plan, err := PlanConvert(dir, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -244,7 +245,7 @@ func TestQuantizedErrorOrdering(t *testing.T) {
 	ref := referenceTensors(t, dir, o)
 	errOf := func(ot string) float64 {
 		out := filepath.Join(t.TempDir(), ot+".gguf")
-		if _, err := Convert(context.Background(), dir, out, Options{OutType: ot, Overrides: nil, Pure: true}); err != nil {
+		if _, err := Convert(context.Background(), dir, out, Options{Types: TypeOptions{OutType: ot, Overrides: nil, Pure: true}}); err != nil {
 			t.Fatal(err)
 		}
 		m, err := gguf.Open(out)
@@ -288,59 +289,13 @@ func TestUnsupportedArchitecture(t *testing.T) {
 	}
 }
 
-// Hostile config.json: parse errors or architecture errors, never a panic.
-func FuzzConfigJSON(f *testing.F) {
-	f.Add([]byte(`{"architectures":["Qwen3MoeForCausalLM"],"hidden_size":256,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":64,"intermediate_size":512,"num_experts":4,"num_experts_per_tok":2,"moe_intermediate_size":256,"rope_theta":1e6,"rms_norm_eps":1e-6,"vocab_size":1536}`))
-	f.Add([]byte(`{"architectures":["LlamaForCausalLM"],"hidden_size":4096,"num_hidden_layers":32,"num_attention_heads":32,"intermediate_size":11008,"rope_scaling":{"rope_type":"llama3","factor":8,"original_max_position_embeddings":8192},"text_config":{"hidden_size":7}}`))
-	f.Add([]byte(`{"architectures":["Qwen2ForCausalLM"],"hidden_size":-1,"num_attention_heads":0}`))
-	f.Add([]byte(`[1,2]`))
-	f.Add([]byte(`{"architectures":["Qwen3_5MoeForConditionalGeneration"],"text_config":{"hidden_size":256,"num_hidden_layers":4,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":64,"num_experts":4,"num_experts_per_tok":2,"moe_intermediate_size":256,"shared_expert_intermediate_size":256,"linear_num_key_heads":2,"linear_num_value_heads":4,"linear_key_head_dim":64,"linear_value_head_dim":64,"linear_conv_kernel_dim":4,"mtp_num_hidden_layers":1,"layer_types":["linear_attention","linear_attention","linear_attention","full_attention"],"rope_parameters":{"rope_theta":1e7,"partial_rotary_factor":0.25,"mrope_section":[3,3,2]},"rms_norm_eps":1e-6,"vocab_size":1536}}`))
-	f.Add([]byte(`{"architectures":["Qwen3_5ForCausalLM"],"hidden_size":256,"num_hidden_layers":2,"num_attention_heads":4,"intermediate_size":512,"linear_num_key_heads":0,"linear_num_value_heads":3,"linear_key_head_dim":64,"linear_value_head_dim":32,"linear_conv_kernel_dim":4,"full_attention_interval":-1,"rope_parameters":{"mrope_section":"x"}}`))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		h, err := parseHParams("config.json", b)
-		if err != nil {
-			return
-		}
-		a, _, err := findArch(h)
-		if err != nil {
-			return
-		}
-		c, err := newArchCtx(h, a)
-		if err != nil {
-			return
-		}
-		var md gguf.Metadata
-		if err := commonHParams(c, &md); err != nil {
-			return
-		}
-		if a.metadata != nil {
-			a.metadata(c, &md)
-		}
-		if a.extra != nil {
-			a.extra(c)
-		}
-		for _, n := range []string{"blk.0.attn_q.weight", "token_embd.weight", "blk.1.ffn_down_exps.weight", "blk.0.ssm_conv1d.weight", "blk.1.ssm_a"} {
-			c.expectedNE(n)
-		}
-		if a.required != nil {
-			for i := int64(0); i < min(c.nBlocks(), 8); i++ {
-				a.required(c, i)
-			}
-		}
-		if a.rename != nil {
-			a.rename(c, "mtp.layers.0.self_attn.q_proj.weight")
-			a.rename(c, "mtp.fc.weight")
-		}
-	})
-}
-
 // qwen3moe with a Qwen2-MoE-style shared expert: served under gguf-py names by the HF adapter,
 // converted with a warning that llama.cpp's qwen3moe will not load it.
 func TestSharedExperts(t *testing.T) {
 	o := fixtures.Preset("qwen3moe")
 	o.SharedExpertIntermediate = 256
 	dir := genModel(t, o)
-	src, err := OpenHFAsGGUF(dir)
+	src, err := modelsrc.OpenHF(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,7 +310,7 @@ func TestSharedExperts(t *testing.T) {
 		}
 	}
 	var warns []string
-	plan, err := PlanConvert(dir, Options{OutType: "q8_0", Warn: func(s string) { warns = append(warns, s) }})
+	plan, err := PlanConvert(dir, Options{Types: TypeOptions{OutType: "q8_0"}, Report: ReportOptions{Warn: func(s string) { warns = append(warns, s) }}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,7 +46,7 @@ func diskFullChild() {
 		os.Stdout.WriteString("CHILD-SETUP-FAILED: " + err.Error() + "\n")
 		os.Exit(3)
 	}
-	_, err := Convert(context.Background(), parts[0], parts[1], Options{OutType: "f32"})
+	_, err := Convert(context.Background(), parts[0], parts[1], Options{Types: TypeOptions{OutType: "f32"}})
 	if err == nil {
 		os.Stdout.WriteString("CHILD-NO-ERROR\n")
 		return

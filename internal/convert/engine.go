@@ -32,6 +32,8 @@ type job struct {
 	// hessian returns the input Gram matrix of matrix m (nil: none), for the
 	// error-compensating search.
 	hessian func(m int64) (*quant.Hessian, error)
+	// hessians is the cache behind hessian when it comes from attachHessian.
+	hessians *hessianCache
 	// release is called once the tensor is fully written (unmaps finished shards).
 	release func()
 }

@@ -102,7 +102,7 @@ func TestMixtureFileTypeOfOutputs(t *testing.T) {
 	o := fixtures.Preset("qwen3")
 	o.DType = safetensors.BF16
 	dir := genModel(t, o)
-	p, err := PlanConvert(dir, Options{TargetBPW: 5})
+	p, err := PlanConvert(dir, Options{Types: TypeOptions{TargetBPW: 5}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestMixtureFileTypeOfOutputs(t *testing.T) {
 	writeFile(t, cfg, `{"quant_method":"turboquant","weight_dtype":"int4","kv_cache_dtype":"f16","group_size":128,
 		"symmetric":true,"calibration_method":"mse","layers_to_quantize":["q_proj","k_proj","v_proj","gate_proj","up_proj"],
 		"skip_layers":["o_proj","down_proj","lm_head"],"tensor_types":{"attn_output":"f16","ffn_down":"f16"}}`)
-	p, err = PlanConvert(tool, Options{TurboQuant: true, ConfigPath: cfg})
+	p, err = PlanConvert(tool, Options{Types: TypeOptions{TurboQuant: true, ConfigPath: cfg}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestMixtureFileTypeOfOutputs(t *testing.T) {
 	checkMixtureLabel(t, "calibrated turboquant", p)
 
 	// a preset keeps its name whatever the mixture rules changed, as llama-quantize does
-	p, err = PlanConvert(dir, Options{OutType: "q4_k_s"})
+	p, err = PlanConvert(dir, Options{Types: TypeOptions{OutType: "q4_k_s"}})
 	if err != nil {
 		t.Fatal(err)
 	}

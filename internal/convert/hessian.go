@@ -20,7 +20,7 @@ type HessianSource interface {
 // hessianCache hands out quant.Hessians for one tensor's matrices. The factorisation
 // QuantizeGPTQ caches inside a Hessian is the expensive part, so work items (row chunks) of the
 // same matrix share one; at most keep matrices stay alive (the engine works through the
-// matrices of a tensor in order, a few chunks at a time).
+// matrices of a tensor in order, a few chunks at a time; writePlan sizes keep by its threads).
 type hessianCache struct {
 	src  HessianSource
 	name string
@@ -41,12 +41,13 @@ type hessianEntry struct {
 // attachHessian makes the job quantize with the error-compensating search (quant.QuantizeGPTQ)
 // where the calibration has a full Gram matrix of the tensor's input. Types GPTQ does not
 // handle, and F16/BF16/F32, keep the plain search.
-func attachHessian(j *job, src HessianSource, keep int) {
+func attachHessian(j *job, src HessianSource) {
 	if src == nil || !gptqType(j.typ) {
 		return
 	}
-	c := &hessianCache{src: src, name: j.name, cols: j.cols, keep: max(2, keep), hs: map[int64]*hessianEntry{}}
+	c := &hessianCache{src: src, name: j.name, cols: j.cols, keep: 2, hs: map[int64]*hessianEntry{}}
 	j.hessian = c.get
+	j.hessians = c
 }
 
 func gptqType(t gguf.GGMLType) bool {

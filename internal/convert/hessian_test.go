@@ -10,6 +10,7 @@ import (
 
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/internal/fixtures"
+	"github.com/tq-project/tq/internal/modelsrc"
 	"github.com/tq-project/tq/quant"
 )
 
@@ -62,7 +63,7 @@ func spdGram(n int, seed uint64) []float64 {
 func TestConvertUsesHessians(t *testing.T) {
 	o := fixtures.Preset("qwen3moe")
 	dir := genModel(t, o)
-	base, err := PlanConvert(dir, Options{TurboQuant: true})
+	base, err := PlanConvert(dir, Options{Types: TypeOptions{TurboQuant: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +75,7 @@ func TestConvertUsesHessians(t *testing.T) {
 	}
 	src := &fakeHessians{grams: map[int][]float64{int(cols): spdGram(int(cols), 7)}}
 	out := filepath.Join(t.TempDir(), "h.gguf")
-	res, err := Convert(context.Background(), dir, out, Options{TurboQuant: true, Hessians: src})
+	res, err := Convert(context.Background(), dir, out, Options{Types: TypeOptions{TurboQuant: true, Hessians: src}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,7 @@ func TestConvertUsesHessians(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	hf, err := OpenHFAsGGUF(dir)
+	hf, err := modelsrc.OpenHF(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

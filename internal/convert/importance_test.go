@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/internal/imatrix"
 )
 
 func datBytes(entries map[string][]float32, ncall int32, dataset string) []byte {
@@ -47,7 +48,7 @@ func sortedKeys(m map[string][]float32) []string {
 func TestIMatrixDat(t *testing.T) {
 	vals := []float32{2, 4, 6, 8, 10, 12}
 	b := datBytes(map[string][]float32{"blk.0.attn_q.weight": vals, "blk.0.ffn_down_exps.weight": vals}, 2, "calib.txt")
-	im, err := ParseIMatrixDat("x.dat", b)
+	im, err := imatrix.ParseDatMeans("x.dat", b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,12 +73,12 @@ func TestIMatrixDat(t *testing.T) {
 	}
 	// hostile inputs: truncations and bad counts never panic and always error
 	for i := 0; i < len(b)-16; i++ {
-		if _, err := ParseIMatrixDat("x.dat", b[:i]); err == nil && i < 60 {
+		if _, err := imatrix.ParseDatMeans("x.dat", b[:i]); err == nil && i < 60 {
 			t.Errorf("truncated at %d accepted", i)
 		}
 	}
 	nan := datBytes(map[string][]float32{"a": {float32(math.NaN())}}, 1, "")
-	if _, err := ParseIMatrixDat("x.dat", nan); err == nil || !strings.Contains(err.Error(), "non-finite") {
+	if _, err := imatrix.ParseDatMeans("x.dat", nan); err == nil || !strings.Contains(err.Error(), "non-finite") {
 		t.Errorf("NaN accepted: %v", err)
 	}
 }
@@ -106,7 +107,7 @@ func TestIMatrixGGUF(t *testing.T) {
 	must(t, w.WriteTensorData("blk.0.ffn_up_exps.weight.counts", f32(4, 0)))
 	must(t, w.WriteTensorData("blk.0.ffn_up_exps.weight.in_sum2", f32(8, 12, 5, 5)))
 	must(t, w.Close())
-	im, err := LoadIMatrix(path)
+	im, err := imatrix.LoadMeans(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +125,7 @@ func TestIMatrixGGUF(t *testing.T) {
 	}
 	// not an imatrix
 	os.WriteFile(filepath.Join(dir, "junk"), []byte("not an imatrix at all"), 0o644)
-	if _, err := LoadIMatrix(filepath.Join(dir, "junk")); err == nil {
+	if _, err := imatrix.LoadMeans(filepath.Join(dir, "junk")); err == nil {
 		t.Error("junk accepted")
 	}
 }
@@ -141,7 +142,7 @@ func FuzzParseIMatrixDat(f *testing.F) {
 	f.Add([]byte{1, 0, 0, 0, 255, 255, 255, 127})
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		im, err := ParseIMatrixDat("fuzz.dat", b)
+		im, err := imatrix.ParseDatMeans("fuzz.dat", b)
 		if err != nil {
 			return
 		}

@@ -134,13 +134,13 @@ func TestLlamaCppLoadsOutputs(t *testing.T) {
 		o    fixtures.Options
 		opts []Options
 	}{
-		{"llama", fixtures.Preset("llama"), []Options{{OutType: "f16"}, {OutType: "q4_k_m"}, {OutType: "q3_k_s"}}},
-		{"qwen2", fixtures.Preset("qwen2"), []Options{{OutType: "q8_0"}, {OutType: "iq4_xs"}, {OutType: "q4_1"}}},
-		{"qwen3", fixtures.Preset("qwen3"), []Options{{TurboQuant: true}, {OutType: "q5_k_m"}, {OutType: "q2_k"}}},
-		{"qwen3-tied", tied, []Options{{OutType: "q4_k_s"}, {TurboQuant: true}}},
-		{"qwen3-fp8", qwen3FP8, []Options{{OutType: "q6_k"}, {OutType: "bf16"}}},
-		{"qwen3moe", fixtures.Preset("qwen3moe"), []Options{{OutType: "q4_k_m"}, {TurboQuant: true}, {OutType: "q5_0"}, {OutType: "iq4_nl"}}},
-		{"llama-split", fixtures.Preset("llama"), []Options{{OutType: "q8_0", SplitMaxTensors: 8}}},
+		{"llama", fixtures.Preset("llama"), []Options{{Types: TypeOptions{OutType: "f16"}}, {Types: TypeOptions{OutType: "q4_k_m"}}, {Types: TypeOptions{OutType: "q3_k_s"}}}},
+		{"qwen2", fixtures.Preset("qwen2"), []Options{{Types: TypeOptions{OutType: "q8_0"}}, {Types: TypeOptions{OutType: "iq4_xs"}}, {Types: TypeOptions{OutType: "q4_1"}}}},
+		{"qwen3", fixtures.Preset("qwen3"), []Options{{Types: TypeOptions{TurboQuant: true}}, {Types: TypeOptions{OutType: "q5_k_m"}}, {Types: TypeOptions{OutType: "q2_k"}}}},
+		{"qwen3-tied", tied, []Options{{Types: TypeOptions{OutType: "q4_k_s"}}, {Types: TypeOptions{TurboQuant: true}}}},
+		{"qwen3-fp8", qwen3FP8, []Options{{Types: TypeOptions{OutType: "q6_k"}}, {Types: TypeOptions{OutType: "bf16"}}}},
+		{"qwen3moe", fixtures.Preset("qwen3moe"), []Options{{Types: TypeOptions{OutType: "q4_k_m"}}, {Types: TypeOptions{TurboQuant: true}}, {Types: TypeOptions{OutType: "q5_0"}}, {Types: TypeOptions{OutType: "iq4_nl"}}}},
+		{"llama-split", fixtures.Preset("llama"), []Options{{Types: TypeOptions{OutType: "q8_0"}, Output: OutputOptions{SplitMaxTensors: 8}}}},
 	}
 	if !fullTests() {
 		// default run: one quantized preset per architecture plus turboquant; CI
@@ -150,10 +150,10 @@ func TestLlamaCppLoadsOutputs(t *testing.T) {
 			o    fixtures.Options
 			opts []Options
 		}{
-			{"llama", fixtures.Preset("llama"), []Options{{OutType: "q4_k_m"}}},
-			{"qwen2", fixtures.Preset("qwen2"), []Options{{OutType: "q8_0"}}},
-			{"qwen3-fp8", qwen3FP8, []Options{{OutType: "f16"}, {TurboQuant: true}}},
-			{"qwen3moe", fixtures.Preset("qwen3moe"), []Options{{OutType: "q4_0"}}},
+			{"llama", fixtures.Preset("llama"), []Options{{Types: TypeOptions{OutType: "q4_k_m"}}}},
+			{"qwen2", fixtures.Preset("qwen2"), []Options{{Types: TypeOptions{OutType: "q8_0"}}}},
+			{"qwen3-fp8", qwen3FP8, []Options{{Types: TypeOptions{OutType: "f16"}}, {Types: TypeOptions{TurboQuant: true}}}},
+			{"qwen3moe", fixtures.Preset("qwen3moe"), []Options{{Types: TypeOptions{OutType: "q4_0"}}}},
 		}
 	}
 	var reqs []llamaReq

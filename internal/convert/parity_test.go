@@ -17,6 +17,7 @@ import (
 	"github.com/tq-project/tq/infer"
 	"github.com/tq-project/tq/internal/convert"
 	"github.com/tq-project/tq/internal/fixtures"
+	"github.com/tq-project/tq/internal/modelsrc"
 	"github.com/tq-project/tq/internal/testenv"
 )
 
@@ -29,10 +30,10 @@ func genFixture(t *testing.T, o fixtures.Options) string {
 	return dir
 }
 
-// hfInferSource serves an HF folder to the runner through convert.OpenHFAsGGUF (F32 tensors).
+// hfInferSource serves an HF folder to the runner through modelsrc.OpenHF (F32 tensors).
 func hfInferSource(t *testing.T, dir string) *infer.MapSource {
 	t.Helper()
-	src, err := convert.OpenHFAsGGUF(dir)
+	src, err := modelsrc.OpenHF(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func evalAll(t *testing.T, src infer.Source, tokens []int32) [][]float32 {
 var parityTokens = []int32{1, 17, 300, 42, 5, 900, 77, 1200}
 
 // "HF-folder forward equals the F32 GGUF forward": the runner gives bit-identical logits on the
-// HF folder served by OpenHFAsGGUF and on the F32 GGUF convert writes.
+// HF folder served by modelsrc.OpenHF and on the F32 GGUF convert writes.
 func TestHFForwardEqualsF32GGUF(t *testing.T) {
 	for _, arch := range fixtures.Arches {
 		t.Run(arch, func(t *testing.T) {
@@ -90,7 +91,7 @@ func TestHFForwardEqualsF32GGUF(t *testing.T) {
 			}
 			dir := genFixture(t, o)
 			out := filepath.Join(t.TempDir(), "f32.gguf")
-			if _, err := convert.Convert(context.Background(), dir, out, convert.Options{OutType: "f32"}); err != nil {
+			if _, err := convert.Convert(context.Background(), dir, out, convert.Options{Types: convert.TypeOptions{OutType: "f32"}}); err != nil {
 				t.Fatal(err)
 			}
 			g, err := infer.OpenGGUF(out)
@@ -145,14 +146,14 @@ func TestProbabilityParityWithLlamaCpp(t *testing.T) {
 	full := os.Getenv("TQ_REQUIRE_REFS") == "1" || os.Getenv("TQ_CONVERT_FULL") == "1"
 	for _, arch := range fixtures.Arches {
 		dir := genFixture(t, fixtures.Preset(arch))
-		all := []convert.Options{{OutType: "f16"}, {OutType: "q4_k_m"}, {TurboQuant: true}}
+		all := []convert.Options{{Types: convert.TypeOptions{OutType: "f16"}}, {Types: convert.TypeOptions{OutType: "q4_k_m"}}, {Types: convert.TypeOptions{TurboQuant: true}}}
 		if !full {
 			// default run: F16 everywhere plus one quantized policy per architecture
 			all = map[string][]convert.Options{
-				"llama":    {{OutType: "f16"}, {OutType: "q8_0"}},
-				"qwen2":    {{OutType: "f16"}},
-				"qwen3":    {{OutType: "f16"}, {TurboQuant: true}},
-				"qwen3moe": {{OutType: "f16"}, {OutType: "q4_k_m"}},
+				"llama":    {{Types: convert.TypeOptions{OutType: "f16"}}, {Types: convert.TypeOptions{OutType: "q8_0"}}},
+				"qwen2":    {{Types: convert.TypeOptions{OutType: "f16"}}},
+				"qwen3":    {{Types: convert.TypeOptions{OutType: "f16"}}, {Types: convert.TypeOptions{TurboQuant: true}}},
+				"qwen3moe": {{Types: convert.TypeOptions{OutType: "f16"}}, {Types: convert.TypeOptions{OutType: "q4_k_m"}}},
 			}[arch]
 		}
 		for _, opts := range all {
@@ -230,3 +231,4 @@ func TestProbabilityParityWithLlamaCpp(t *testing.T) {
 		}
 	}
 }
+

@@ -31,6 +31,17 @@ type Plan struct {
 
 	metadata gguf.Metadata
 	jobs     []*job
+	// onWarn is ReportOptions.Warn.
+	onWarn func(msg string)
+}
+
+// warn records a warning in Warnings and passes it on as it arises.
+func (p *Plan) warn(format string, a ...any) {
+	msg := fmt.Sprintf(format, a...)
+	p.Warnings = append(p.Warnings, msg)
+	if p.onWarn != nil {
+		p.onWarn(msg)
+	}
 }
 
 // PlanTensor is one tensor of a Plan.
@@ -142,7 +153,7 @@ func srcBits(t string) float64 {
 }
 
 // WriteTable prints the plan as a table (name, type, shape, size, bpw, rule) and totals.
-// Warnings are not repeated (they reach Options.Warn as they arise).
+// Warnings are not repeated (they reach ReportOptions.Warn as they arise).
 func (p *Plan) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TENSOR\tTYPE\tSHAPE\tSIZE\tBPW\tFROM\tRULE")

@@ -5,6 +5,7 @@ import (
 
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/internal/convert/policy"
+	"github.com/tq-project/tq/internal/imatrix"
 )
 
 // TurboProvenanceVersion is the version of the turboquant.* key set (turboquant.version).
@@ -44,4 +45,24 @@ func addTurboProvenance(md *gguf.Metadata, c *policy.TurboConfig, cfgPath, tqVer
 		tqVersion = "unknown"
 	}
 	md.Set("turboquant.tq_version", gguf.String(tqVersion))
+}
+
+// imatrixProvenance returns the quantize.imatrix.* keys llama-quantize writes.
+func imatrixProvenance(im *imatrix.Means) gguf.Metadata {
+	var md gguf.Metadata
+	trunc := func(s string) string {
+		if len(s) > 127 {
+			return s[:127]
+		}
+		return s
+	}
+	md.Set("quantize.imatrix.file", gguf.String(trunc(im.Path)))
+	if len(im.Datasets) > 0 {
+		md.Set("quantize.imatrix.dataset", gguf.String(trunc(im.Datasets[0])))
+	}
+	md.Set("quantize.imatrix.entries_count", gguf.Uint32(uint32(im.Len())))
+	if im.ChunkCount > 0 {
+		md.Set("quantize.imatrix.chunks_count", gguf.Uint32(im.ChunkCount))
+	}
+	return md
 }

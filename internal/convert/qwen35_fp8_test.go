@@ -9,6 +9,7 @@ import (
 
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/internal/fixtures"
+	"github.com/tq-project/tq/internal/modelsrc"
 	"github.com/tq-project/tq/internal/safetensors"
 	"github.com/tq-project/tq/quant"
 )
@@ -90,7 +91,7 @@ func TestHybridFP8ConvertExactValues(t *testing.T) {
 			ref := hybridReference(t, dir, o)
 			for _, ot := range []string{"f32", "f16"} {
 				out := filepath.Join(t.TempDir(), "m.gguf")
-				if _, err := Convert(context.Background(), dir, out, Options{OutType: ot}); err != nil {
+				if _, err := Convert(context.Background(), dir, out, Options{Types: TypeOptions{OutType: ot}}); err != nil {
 					t.Fatal(err)
 				}
 				m, err := gguf.Open(out)
@@ -102,7 +103,7 @@ func TestHybridFP8ConvertExactValues(t *testing.T) {
 				}
 				for name, r := range ref {
 					got, mt := ggufFloats(t, m, name)
-					if !equalShape(shapeOf(mt), r.shape) {
+					if !modelsrc.EqualShape(shapeOf(mt), r.shape) {
 						t.Errorf("%s %s: shape %v, want %v", ot, name, shapeOf(mt), r.shape)
 						continue
 					}
@@ -139,7 +140,7 @@ func TestLlamaCppLoadsQwen35FP8(t *testing.T) {
 	var names []string
 	for _, o := range fp8Variants() {
 		out := filepath.Join(t.TempDir(), o.Arch+".gguf")
-		res, err := Convert(context.Background(), genModel(t, o), out, Options{OutType: "f16"})
+		res, err := Convert(context.Background(), genModel(t, o), out, Options{Types: TypeOptions{OutType: "f16"}})
 		if err != nil {
 			t.Fatalf("%s: %v", o.Arch, err)
 		}

@@ -21,8 +21,8 @@ func TestLlamaCppLoadsQwen35(t *testing.T) {
 		arch string
 		opts []Options
 	}{
-		{"qwen35moe", []Options{{OutType: "f16"}, {OutType: "q4_k_m"}, {TurboQuant: true}, {OutType: "f16", TargetBPW: 5}}},
-		{"qwen35", []Options{{OutType: "f16"}, {OutType: "q8_0"}, {TurboQuant: true}}},
+		{"qwen35moe", []Options{{Types: TypeOptions{OutType: "f16"}}, {Types: TypeOptions{OutType: "q4_k_m"}}, {Types: TypeOptions{TurboQuant: true}}, {Types: TypeOptions{OutType: "f16", TargetBPW: 5}}}},
+		{"qwen35", []Options{{Types: TypeOptions{OutType: "f16"}}, {Types: TypeOptions{OutType: "q8_0"}}, {Types: TypeOptions{TurboQuant: true}}}},
 	}
 	if !fullTests() { // CI and TQ_CONVERT_FULL=1 run the whole matrix
 		cases[0].opts = cases[0].opts[:3:3]

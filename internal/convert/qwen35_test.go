@@ -14,6 +14,7 @@ import (
 
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/internal/fixtures"
+	"github.com/tq-project/tq/internal/modelsrc"
 	"github.com/tq-project/tq/internal/safetensors"
 	"github.com/tq-project/tq/quant"
 )
@@ -224,7 +225,7 @@ func hybridVariants() []struct {
 
 // The F32 and F16 outputs hold exactly the values llama.cpp's converter computes: +1 on the
 // (1+w) RMSNorm weights, -exp(A_log), squeezed conv1d, value heads tiled, MTP block renamed,
-// experts split or stacked, vision tower dropped; OpenHFAsGGUF serves the same values.
+// experts split or stacked, vision tower dropped; modelsrc.OpenHF serves the same values.
 func TestHybridConvertExactValues(t *testing.T) {
 	vs := hybridVariants()
 	if !fullTests() {
@@ -234,14 +235,14 @@ func TestHybridConvertExactValues(t *testing.T) {
 		t.Run(v.name, func(t *testing.T) {
 			dir := genModel(t, v.o)
 			ref := hybridReference(t, dir, v.o)
-			src, err := OpenHFAsGGUF(dir)
+			src, err := modelsrc.OpenHF(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer src.Close()
 			for _, ot := range []string{"f32", "f16"} {
 				out := filepath.Join(t.TempDir(), "m.gguf")
-				res, err := Convert(context.Background(), dir, out, Options{OutType: ot})
+				res, err := Convert(context.Background(), dir, out, Options{Types: TypeOptions{OutType: ot}})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -257,7 +258,7 @@ func TestHybridConvertExactValues(t *testing.T) {
 				}
 				for name, r := range ref {
 					got, mt := ggufFloats(t, m, name)
-					if !equalShape(shapeOf(mt), r.shape) {
+					if !modelsrc.EqualShape(shapeOf(mt), r.shape) {
 						t.Errorf("%s %s: shape %v, want %v", ot, name, shapeOf(mt), r.shape)
 						continue
 					}
@@ -307,7 +308,7 @@ func TestHybridConvertExactValues(t *testing.T) {
 func TestHybridMetadata(t *testing.T) {
 	o := fixtures.Preset("qwen35moe")
 	dir := genModel(t, o)
-	p, err := PlanConvert(dir, Options{OutType: "f16"})
+	p, err := PlanConvert(dir, Options{Types: TypeOptions{OutType: "f16"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +346,7 @@ func TestHybridMetadata(t *testing.T) {
 	h.MTPLayers = 0
 	od.Hybrid = &h
 	dd := genModel(t, od)
-	p2, err := PlanConvert(dd, Options{OutType: "f16"})
+	p2, err := PlanConvert(dd, Options{Types: TypeOptions{OutType: "f16"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +375,7 @@ func TestHybridConfigRejects(t *testing.T) {
 			t.Fatalf("fixture config has no %s", c.key)
 		}
 		writeFile(t, filepath.Join(dir, "config.json"), re.ReplaceAllString(orig, `"`+c.key+`": `+c.value))
-		if _, err := PlanConvert(dir, Options{OutType: "f16"}); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := PlanConvert(dir, Options{Types: TypeOptions{OutType: "f16"}}); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s = %s: error %v, want %q", c.key, c.value, err, c.want)
 		}
 	}
@@ -395,7 +396,7 @@ func TestHybridTargetBPW(t *testing.T) {
 	dir := genModel(t, fixtures.Preset("qwen35moe"))
 	// turboquant's own mixture (6.6 bpw on this fixture) is the floor of a budget on top of it
 	for turbo, target := range map[bool]float64{false: 5, true: 7.5} {
-		p, err := PlanConvert(dir, Options{OutType: "f16", TargetBPW: target, TurboQuant: turbo})
+		p, err := PlanConvert(dir, Options{Types: TypeOptions{OutType: "f16", TargetBPW: target, TurboQuant: turbo}})
 		if err != nil {
 			t.Fatal(err)
 		}

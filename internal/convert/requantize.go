@@ -11,6 +11,7 @@ import (
 
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/internal/convert/policy"
+	"github.com/tq-project/tq/internal/modelsrc"
 	"github.com/tq-project/tq/quant"
 )
 
@@ -38,11 +39,11 @@ func Requantize(ctx context.Context, in, out string, opts RequantizeOptions) (*R
 		return nil, err
 	}
 	defer g.Close()
-	p, err := planGGUF(&ggufModel{path: in, m: g}, &opts)
+	p, err := planGGUF(&ggufModel{path: in, m: g}, &opts.Types, opts.AllowRequantize, opts.Version, opts.Report.Warn)
 	if err != nil {
 		return nil, err
 	}
-	files, manifest, err := writePlan(ctx, p, out, &opts.Options)
+	files, manifest, err := writePlan(ctx, p, out, &opts.Output, opts.Report.Progress)
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +57,7 @@ func PlanRequantize(in string, opts RequantizeOptions) (*Plan, error) {
 		return nil, err
 	}
 	defer g.Close()
-	return planGGUF(&ggufModel{path: in, m: g}, &opts)
+	return planGGUF(&ggufModel{path: in, m: g}, &opts.Types, opts.AllowRequantize, opts.Version, opts.Report.Warn)
 }
 
 func ggufModelInfo(md gguf.Metadata) (policy.Model, error) {
@@ -102,13 +103,16 @@ func ggufModelInfo(md gguf.Metadata) (policy.Model, error) {
 	return m, nil
 }
 
-func planGGUF(g *ggufModel, opts *RequantizeOptions) (*Plan, error) {
+// planGGUF plans the requantization of a GGUF model: types (o; allowRequantize permits
+// re-encoding quantized tensors), the tq version for turboquant's provenance, warnings passed
+// to warn as well.
+func planGGUF(g *ggufModel, o *TypeOptions, allowRequantize bool, version string, warn func(string)) (*Plan, error) {
 	md := g.m.Metadata().Clone()
 	model, err := ggufModelInfo(md)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", g.path, err)
 	}
-	p := &Plan{Input: g.path, Arch: model.Arch}
+	p := &Plan{Input: g.path, Arch: model.Arch, onWarn: warn}
 	tensors := g.m.Tensors()
 	ts := make([]policy.Tensor, len(tensors))
 	for i, t := range tensors {
@@ -126,11 +130,10 @@ func planGGUF(g *ggufModel, opts *RequantizeOptions) (*Plan, error) {
 		md.Delete(k)
 	}
 	p.metadata = md
-	o := &opts.Options
 	if !o.TurboQuant && (o.OutType == "" || strings.EqualFold(o.OutType, "auto")) {
 		return nil, fmt.Errorf("requantize needs a target type (e.g. q4_k_m)")
 	}
-	ds, ftype, cfgImatrix, err := decide(p, model, ts, o, 0, "")
+	ds, ftype, cfgImatrix, err := decide(p, model, ts, o, version, 0, "")
 	if err != nil {
 		return nil, err
 	}
@@ -177,13 +180,13 @@ func planGGUF(g *ggufModel, opts *RequantizeOptions) (*Plan, error) {
 			j.raw = ggufRaw(g.m, mt)
 			d.Rule += " (copied)"
 		} else {
-			if srcTr.Quantized && !opts.AllowRequantize {
+			if srcTr.Quantized && !allowRequantize {
 				return nil, fmt.Errorf("tensor %s is already %s; re-encoding it as %s loses precision twice (pass --allow-requantize)", t.Name, mt.Type, d.Type)
 			}
 			if !quant.Supported(mt.Type) && mt.Type != gguf.TypeF32 && mt.Type != gguf.TypeF16 && mt.Type != gguf.TypeBF16 {
 				return nil, fmt.Errorf("tensor %s: cannot decode source type %s", t.Name, mt.Type)
 			}
-			if err := attachImportance(p, j, d, imp, o); err != nil {
+			if err := attachImportance(p, j, d, imp); err != nil {
 				return nil, err
 			}
 		}
@@ -239,7 +242,7 @@ func ggufReader(m *gguf.Model, mt gguf.ModelTensor) func(r0, n int64, dst []floa
 		}
 		for i, v := range dst {
 			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-				return &BadValueError{Tensor: mt.Name, Row: r0 + int64(i)/cols, Col: int64(i) % cols, Value: v}
+				return &modelsrc.BadValueError{Tensor: mt.Name, Row: r0 + int64(i)/cols, Col: int64(i) % cols, Value: v}
 			}
 		}
 		return nil

@@ -49,7 +49,7 @@ func TestRequantizeMatchesDirect(t *testing.T) {
 	dir := genModel(t, o)
 	tmp := t.TempDir()
 	f16 := filepath.Join(tmp, "f16.gguf")
-	if _, err := Convert(context.Background(), dir, f16, Options{OutType: "f16"}); err != nil {
+	if _, err := Convert(context.Background(), dir, f16, Options{Types: TypeOptions{OutType: "f16"}}); err != nil {
 		t.Fatal(err)
 	}
 	// an imatrix with entries for the expert and attention tensors
@@ -78,11 +78,11 @@ func TestRequantizeMatchesDirect(t *testing.T) {
 	}
 	for _, c := range cases {
 		direct := filepath.Join(tmp, "direct-"+c.typ+".gguf")
-		if _, err := Convert(context.Background(), dir, direct, Options{OutType: c.typ, IMatrixPath: c.imatrix}); err != nil {
+		if _, err := Convert(context.Background(), dir, direct, Options{Types: TypeOptions{OutType: c.typ, IMatrixPath: c.imatrix}}); err != nil {
 			t.Fatal(err)
 		}
 		req := filepath.Join(tmp, "req-"+c.typ+".gguf")
-		res, err := Requantize(context.Background(), f16, req, RequantizeOptions{Options: Options{OutType: c.typ, IMatrixPath: c.imatrix}})
+		res, err := Requantize(context.Background(), f16, req, RequantizeOptions{Options: Options{Types: TypeOptions{OutType: c.typ, IMatrixPath: c.imatrix}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,8 +109,8 @@ func TestRequantizeMatchesDirect(t *testing.T) {
 	}
 	// overrides, --pure, copied tensors and requantize protection
 	req := filepath.Join(tmp, "ovr.gguf")
-	res, err := Requantize(context.Background(), f16, req, RequantizeOptions{Options: Options{OutType: "q4_k_m",
-		Overrides: []string{"attn_q=q8_0", `exps=q5_k`}, Pure: true}})
+	res, err := Requantize(context.Background(), f16, req, RequantizeOptions{Options: Options{Types: TypeOptions{OutType: "q4_k_m",
+		Overrides: []string{"attn_q=q8_0", `exps=q5_k`}, Pure: true}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,11 +123,11 @@ func TestRequantizeMatchesDirect(t *testing.T) {
 			t.Errorf("%s: %s (%s)", pt.Name, pt.Type, pt.Rule)
 		}
 	}
-	if _, err := Requantize(context.Background(), req, filepath.Join(tmp, "again.gguf"), RequantizeOptions{Options: Options{OutType: "q2_k"}}); err == nil ||
+	if _, err := Requantize(context.Background(), req, filepath.Join(tmp, "again.gguf"), RequantizeOptions{Options: Options{Types: TypeOptions{OutType: "q2_k"}}}); err == nil ||
 		!strings.Contains(err.Error(), "allow-requantize") {
 		t.Errorf("requantizing quantized tensors without permission: %v", err)
 	}
-	if _, err := Requantize(context.Background(), req, filepath.Join(tmp, "again.gguf"), RequantizeOptions{Options: Options{OutType: "q2_k"}, AllowRequantize: true}); err != nil {
+	if _, err := Requantize(context.Background(), req, filepath.Join(tmp, "again.gguf"), RequantizeOptions{Options: Options{Types: TypeOptions{OutType: "q2_k"}}, AllowRequantize: true}); err != nil {
 		t.Errorf("with --allow-requantize: %v", err)
 	}
 }
@@ -138,12 +138,12 @@ func TestSplitOutput(t *testing.T) {
 	dir := genModel(t, fixtures.Preset("llama"))
 	tmp := t.TempDir()
 	one := filepath.Join(tmp, "one.gguf")
-	if _, err := Convert(context.Background(), dir, one, Options{OutType: "q8_0"}); err != nil {
+	if _, err := Convert(context.Background(), dir, one, Options{Types: TypeOptions{OutType: "q8_0"}}); err != nil {
 		t.Fatal(err)
 	}
 	split := filepath.Join(tmp, "split", "m.gguf")
 	os.Mkdir(filepath.Dir(split), 0o755)
-	res, err := Convert(context.Background(), dir, split, Options{OutType: "q8_0", SplitMaxSize: 400_000})
+	res, err := Convert(context.Background(), dir, split, Options{Types: TypeOptions{OutType: "q8_0"}, Output: OutputOptions{SplitMaxSize: 400_000}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func TestTurboQuantOutput(t *testing.T) {
 		"layers_to_quantize":["q_proj","k_proj","v_proj","gate_proj","up_proj"],"skip_layers":["lm_head"],
 		"tensor_types":{"blk.1.attn_v.weight":"q6_K"}}`)
 	out := filepath.Join(t.TempDir(), "tq.gguf")
-	res, err := Convert(context.Background(), dir, out, Options{TurboQuant: true, ConfigPath: cfg, Version: "test-1"})
+	res, err := Convert(context.Background(), dir, out, Options{Types: TypeOptions{TurboQuant: true, ConfigPath: cfg}, Version: "test-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestTurboQuantUsesImportance(t *testing.T) {
 		cfg := filepath.Join(t.TempDir(), "quantize_config.json")
 		writeFile(t, cfg, fmt.Sprintf(`{"quant_method":"turboquant","group_size":%d,"layers_to_quantize":["q_proj","k_proj"]}`, group))
 		out := filepath.Join(t.TempDir(), "m.gguf")
-		res, err := Convert(context.Background(), dir, out, Options{TurboQuant: true, ConfigPath: cfg, Importance: imp})
+		res, err := Convert(context.Background(), dir, out, Options{Types: TypeOptions{TurboQuant: true, ConfigPath: cfg, Importance: imp}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -178,7 +178,7 @@ func TestTurboQuantRefusesLMHeadAndDefaults(t *testing.T) {
 	writeFile(t, cfg, `{"quant_method":"turboquant","skip_layers":[]}`)
 	outDir := t.TempDir()
 	out := filepath.Join(outDir, "m.gguf")
-	_, err := Convert(context.Background(), dir, out, Options{TurboQuant: true, ConfigPath: cfg})
+	_, err := Convert(context.Background(), dir, out, Options{Types: TypeOptions{TurboQuant: true, ConfigPath: cfg}})
 	if !errors.Is(err, policy.ErrLMHeadNotSkipped) || !strings.Contains(err.Error(), "logit") {
 		t.Fatalf("want the lm_head refusal, got %v", err)
 	}
@@ -186,7 +186,7 @@ func TestTurboQuantRefusesLMHeadAndDefaults(t *testing.T) {
 		t.Errorf("files left: %v", f)
 	}
 	var warns []string
-	res, err := Convert(context.Background(), dir, out, Options{TurboQuant: true, ConfigPath: cfg, Force: true, Warn: func(s string) { warns = append(warns, s) }})
+	res, err := Convert(context.Background(), dir, out, Options{Types: TypeOptions{TurboQuant: true, ConfigPath: cfg, Force: true}, Report: ReportOptions{Warn: func(s string) { warns = append(warns, s) }}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func TestTurboQuantRefusesLMHeadAndDefaults(t *testing.T) {
 	}
 	// no config at all: default policy, warned
 	warns = nil
-	plan, err := PlanConvert(dir, Options{TurboQuant: true, Warn: func(s string) { warns = append(warns, s) }})
+	plan, err := PlanConvert(dir, Options{Types: TypeOptions{TurboQuant: true}, Report: ReportOptions{Warn: func(s string) { warns = append(warns, s) }}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ func TestTurboConfigCheckedAtLoad(t *testing.T) {
 	plan := func(body string) (*Plan, string, error) {
 		cfg := filepath.Join(cfgDir, "quantize_config.json")
 		writeFile(t, cfg, `{"quant_method":"turboquant",`+body+`}`)
-		p, err := PlanConvert(dir, Options{TurboQuant: true, ConfigPath: cfg})
+		p, err := PlanConvert(dir, Options{Types: TypeOptions{TurboQuant: true, ConfigPath: cfg}})
 		return p, cfg, err
 	}
 	for body, want := range map[string]string{

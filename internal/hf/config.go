@@ -451,74 +451,40 @@ func (p *parser) float(key string, def float64) float64 {
 	return f
 }
 
-func (p *parser) boolean(key string, def bool) bool {
+// field returns key decoded as a T: def when the key is absent or null (or an earlier field
+// failed); a value of another JSON type fails the parse with "expected <want>".
+func field[T any](p *parser, key string, def T, want string) T {
 	v, ok := p.raw[key]
 	if !ok || isNull(v) || p.err != nil {
 		return def
 	}
-	var b bool
-	if err := json.Unmarshal(v, &b); err != nil {
-		p.fail(key, "expected true or false, found %.40s", v)
+	var x T
+	if err := json.Unmarshal(v, &x); err != nil {
+		p.fail(key, "expected %s, found %.40s", want, v)
 		return def
 	}
-	return b
+	return x
 }
 
-func (p *parser) str(key, def string) string {
-	v, ok := p.raw[key]
-	if !ok || isNull(v) || p.err != nil {
-		return def
-	}
-	var s string
-	if err := json.Unmarshal(v, &s); err != nil {
-		p.fail(key, "expected a string, found %.40s", v)
-		return def
-	}
-	return s
-}
+func (p *parser) boolean(key string, def bool) bool { return field(p, key, def, "true or false") }
+
+func (p *parser) str(key, def string) string { return field(p, key, def, "a string") }
 
 func (p *parser) strings(key string) []string {
-	v, ok := p.raw[key]
-	if !ok || isNull(v) || p.err != nil {
-		return nil
-	}
-	var s []string
-	if err := json.Unmarshal(v, &s); err != nil {
-		p.fail(key, "expected a list of strings, found %.40s", v)
-		return nil
-	}
-	return s
+	return field[[]string](p, key, nil, "a list of strings")
 }
 
-func (p *parser) ints(key string) []int {
-	v, ok := p.raw[key]
-	if !ok || isNull(v) || p.err != nil {
-		return nil
-	}
-	var s []int
-	if err := json.Unmarshal(v, &s); err != nil {
-		p.fail(key, "expected a list of integers, found %.40s", v)
-		return nil
-	}
-	return s
-}
+func (p *parser) ints(key string) []int { return field[[]int](p, key, nil, "a list of integers") }
 
 // intOrList accepts an integer, a list of integers or null.
 func (p *parser) intOrList(key string) []int {
-	v, ok := p.raw[key]
-	if !ok || isNull(v) || p.err != nil {
-		return nil
+	if v, ok := p.raw[key]; ok && p.err == nil {
+		var one int
+		if err := json.Unmarshal(v, &one); err == nil && !isNull(v) {
+			return []int{one}
+		}
 	}
-	var one int
-	if err := json.Unmarshal(v, &one); err == nil {
-		return []int{one}
-	}
-	var many []int
-	if err := json.Unmarshal(v, &many); err != nil {
-		p.fail(key, "expected an integer or a list of integers, found %.40s", v)
-		return nil
-	}
-	return many
+	return field[[]int](p, key, nil, "an integer or a list of integers")
 }
 
 // rope reads rope_scaling, or rope_parameters (newer transformers, which may also carry

@@ -1,9 +1,10 @@
 // Package imatrix reads llama.cpp importance-matrix files, as llama-imatrix writes them: the
 // GGUF format (general.type "imatrix", tensors NAME.in_sum2 and NAME.counts) and the legacy
-// .dat format. It returns the stored numbers as they are; the calibration stage (statistics)
-// and the converter (per-column importance) interpret them. Files are untrusted: every size
-// is checked against the data present before anything is allocated, and every error names
-// the file, offset or entry.
+// .dat format. Load returns the stored numbers as they are (the calibration stage reads its
+// statistics from them); LoadMeans turns them into the per-column means llama-quantize uses as
+// importance (the converter and verify). Files are untrusted: every size is checked against
+// the data present before anything is allocated, and every error names the file, offset or
+// entry.
 package imatrix
 
 import (

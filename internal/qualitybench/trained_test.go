@@ -65,7 +65,7 @@ func TestTrainedModels(t *testing.T) {
 			t.Fatalf("%s/torch-ref.json: %v (%d tokens, %d distributions)", m.arch, err, len(ref.Tokens), len(ref.Top))
 		}
 		out := filepath.Join(tmp, m.arch+"-f32.gguf")
-		if _, err := convert.Convert(context.Background(), dir, out, convert.Options{OutType: "f32", NoManifest: true}); err != nil {
+		if _, err := convert.Convert(context.Background(), dir, out, convert.Options{Types: convert.TypeOptions{OutType: "f32"}, Output: convert.OutputOptions{NoManifest: true}}); err != nil {
 			t.Fatalf("%s: convert: %v", m.arch, err)
 		}
 		models[i] = loaded{ref, out}

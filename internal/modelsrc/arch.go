@@ -1,4 +1,4 @@
-package convert
+package modelsrc
 
 import (
 	"fmt"
@@ -526,7 +526,7 @@ func buildPlans(c *archCtx, st *safetensors.Model) ([]*tensorPlan, error) {
 
 	// shapes against config.json, required tensors
 	for _, p := range plans {
-		if want := c.expectedNE(p.name); want != nil && !equalShape(p.shape, want) {
+		if want := c.expectedNE(p.name); want != nil && !EqualShape(p.shape, want) {
 			return nil, fmt.Errorf("tensor %s (from %s) has shape %v (ggml order), but config.json implies %v", p.name, strings.Join(p.sources, ","), p.shape, want)
 		}
 		if len(p.name) > gguf.MaxNameLen {
@@ -559,8 +559,9 @@ func hasAnySuffix(s string, suffixes []string) bool {
 	return false
 }
 
-func equalShape(a, b []int64) bool {
-	// trailing 1-sized dimensions do not count (llama.cpp compares ne with 1-padding)
+// EqualShape reports whether two ggml shapes are equal up to trailing 1-sized dimensions, as
+// llama.cpp compares them (ne padded with 1s).
+func EqualShape(a, b []int64) bool {
 	for len(a) > 1 && a[len(a)-1] == 1 {
 		a = a[:len(a)-1]
 	}

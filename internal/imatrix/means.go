@@ -1,26 +1,17 @@
-package convert
+package imatrix
 
 import (
 	"fmt"
 	"math"
 	"sort"
 	"strings"
-
-	"github.com/tq-project/tq/gguf"
-	"github.com/tq-project/tq/internal/imatrix"
 )
 
-// ImportanceSource supplies per-column importance weights (the mean squared input activation
-// of every input column, as llama.cpp's imatrix holds them) for a GGUF tensor. expert is the
-// index of the matrix inside a stacked 3-D tensor (ffn_*_exps), 0 for ordinary 2-D weights.
-// The calibration stage implements it; IMatrix adapts llama.cpp imatrix files.
-type ImportanceSource interface {
-	Importance(ggufTensorName string, expert int) ([]float32, bool)
-}
-
-// IMatrix is a llama.cpp importance matrix (GGUF imatrix or legacy .dat), ready for the
-// quantizer: per tensor, per matrix, the mean of squared activations of each column.
-type IMatrix struct {
+// Means is a llama.cpp importance matrix (GGUF imatrix or legacy .dat) as llama-quantize uses
+// it, ready for the quantizer: per tensor, per matrix, the mean of squared activations of each
+// column. internal/convert takes its importance weights from it; verify its output-error
+// estimate.
+type Means struct {
 	// Path is the file it was read from.
 	Path string
 	// Datasets lists imatrix.datasets (GGUF) or the trailing dataset name (.dat).
@@ -38,10 +29,10 @@ type imEntry struct {
 }
 
 // Len is the number of tensors with importance data.
-func (m *IMatrix) Len() int { return len(m.entries) }
+func (m *Means) Len() int { return len(m.entries) }
 
 // Names lists the tensors with importance data, sorted.
-func (m *IMatrix) Names() []string {
+func (m *Means) Names() []string {
 	out := make([]string, 0, len(m.entries))
 	for k := range m.entries {
 		out = append(out, k)
@@ -50,9 +41,10 @@ func (m *IMatrix) Names() []string {
 	return out
 }
 
-// Importance implements ImportanceSource for GGUF imatrix files, whose entries know their
-// number of matrices. For .dat entries use ImportanceFor.
-func (m *IMatrix) Importance(name string, expert int) ([]float32, bool) {
+// Importance returns the weights of matrix expert of a tensor (internal/convert's
+// ImportanceSource) for GGUF imatrix files, whose entries know their number of matrices. For
+// .dat entries use ImportanceFor.
+func (m *Means) Importance(name string, expert int) ([]float32, bool) {
 	e := m.entries[name]
 	if e == nil || e.nmat == 0 || expert < 0 || expert >= e.nmat {
 		return nil, false
@@ -64,7 +56,7 @@ func (m *IMatrix) Importance(name string, expert int) ([]float32, bool) {
 // ImportanceFor returns the weights of matrix expert of a tensor whose rows have cols
 // elements. ok is false when the tensor has no entry; an error is returned when the entry's
 // size does not match the tensor (llama-quantize treats that as fatal).
-func (m *IMatrix) ImportanceFor(name string, expert, cols int) ([]float32, bool, error) {
+func (m *Means) ImportanceFor(name string, expert, cols int) ([]float32, bool, error) {
 	e := m.entries[name]
 	if e == nil {
 		return nil, false, nil
@@ -81,7 +73,7 @@ func (m *IMatrix) ImportanceFor(name string, expert, cols int) ([]float32, bool,
 
 // Filter keeps only the entries whose names contain include (if not empty) and drops those
 // containing exclude (if not empty), like llama-quantize --include-weights/--exclude-weights.
-func (m *IMatrix) Filter(include, exclude []string) {
+func (m *Means) Filter(include, exclude []string) {
 	for name := range m.entries {
 		keep := len(include) == 0
 		for _, s := range include {
@@ -100,12 +92,11 @@ func (m *IMatrix) Filter(include, exclude []string) {
 	}
 }
 
-// LoadIMatrix reads a llama.cpp importance matrix: a GGUF imatrix (general.type "imatrix",
-// tensors NAME.in_sum2 and NAME.counts) or, when the file is not GGUF, the legacy .dat format
-// (both parsed by internal/imatrix). A GGUF imatrix must carry imatrix.datasets, chunk_count
-// and chunk_size, as llama-quantize requires.
-func LoadIMatrix(path string) (*IMatrix, error) {
-	f, err := imatrix.Load(path)
+// LoadMeans reads a llama.cpp importance matrix with Load (a GGUF imatrix, or the legacy .dat
+// format when the file is not GGUF) and turns the sums into means. A GGUF imatrix must carry
+// imatrix.datasets, chunk_count and chunk_size, as llama-quantize requires.
+func LoadMeans(path string) (*Means, error) {
+	f, err := Load(path)
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +109,7 @@ func LoadIMatrix(path string) (*IMatrix, error) {
 	if f.ChunkCount > math.MaxUint32 || f.ChunkSize > math.MaxUint32 {
 		return nil, fmt.Errorf("imatrix %s: bad imatrix.chunk_count %d or chunk_size %d", path, f.ChunkCount, f.ChunkSize)
 	}
-	im := &IMatrix{Path: path, Datasets: f.Datasets, ChunkCount: uint32(f.ChunkCount), ChunkSize: uint32(f.ChunkSize),
+	im := &Means{Path: path, Datasets: f.Datasets, ChunkCount: uint32(f.ChunkCount), ChunkSize: uint32(f.ChunkSize),
 		entries: make(map[string]*imEntry, len(f.Entries))}
 	for _, e := range f.Entries {
 		ne0 := len(e.Sums) / len(e.Counts)
@@ -150,18 +141,18 @@ func checkFinite(path, name string, vals []float32) error {
 	return nil
 }
 
-// ParseIMatrixDat parses the legacy llama.cpp imatrix format (internal/imatrix.ParseDat) into
-// per-column means (value / ncall).
-func ParseIMatrixDat(path string, b []byte) (*IMatrix, error) {
-	f, err := imatrix.ParseDat(b)
+// ParseDatMeans parses the legacy llama.cpp imatrix format (ParseDat) into per-column means
+// (value / ncall).
+func ParseDatMeans(path string, b []byte) (*Means, error) {
+	f, err := ParseDat(b)
 	if err != nil {
 		return nil, fmt.Errorf("imatrix %s: %w", path, err)
 	}
 	return fromDat(path, f)
 }
 
-func fromDat(path string, f *imatrix.File) (*IMatrix, error) {
-	im := &IMatrix{Path: path, entries: make(map[string]*imEntry, len(f.Entries))}
+func fromDat(path string, f *File) (*Means, error) {
+	im := &Means{Path: path, entries: make(map[string]*imEntry, len(f.Entries))}
 	if f.HasDatasets {
 		im.Datasets = f.Datasets
 	}
@@ -181,24 +172,4 @@ func fromDat(path string, f *imatrix.File) (*IMatrix, error) {
 		im.entries[e.Name] = &imEntry{values: vals}
 	}
 	return im, nil
-}
-
-// imatrixProvenance returns the quantize.imatrix.* keys llama-quantize writes.
-func imatrixProvenance(im *IMatrix) gguf.Metadata {
-	var md gguf.Metadata
-	trunc := func(s string) string {
-		if len(s) > 127 {
-			return s[:127]
-		}
-		return s
-	}
-	md.Set("quantize.imatrix.file", gguf.String(trunc(im.Path)))
-	if len(im.Datasets) > 0 {
-		md.Set("quantize.imatrix.dataset", gguf.String(trunc(im.Datasets[0])))
-	}
-	md.Set("quantize.imatrix.entries_count", gguf.Uint32(uint32(im.Len())))
-	if im.ChunkCount > 0 {
-		md.Set("quantize.imatrix.chunks_count", gguf.Uint32(im.ChunkCount))
-	}
-	return md
 }

@@ -1,4 +1,4 @@
-package convert
+package modelsrc
 
 import "github.com/tq-project/tq/gguf"
 

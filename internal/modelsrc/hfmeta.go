@@ -1,4 +1,4 @@
-package convert
+package modelsrc
 
 import (
 	"path/filepath"
@@ -7,23 +7,20 @@ import (
 )
 
 // hfMetadata builds the GGUF metadata of a converted model in the converter's order:
-// general.architecture, general.type, general.name, the architecture's hyper-parameters,
-// then the tokenizer keys. general.file_type, general.quantization_version and provenance
-// keys are added by the caller once the types are known.
-func hfMetadata(m *hfModel, opts *Options) (gguf.Metadata, error) {
+// general.architecture, general.type, general.name (the model folder's name), the
+// architecture's hyper-parameters, then the tokenizer keys. general.file_type and
+// general.quantization_version are added by OpenHF; a converter replaces them, and
+// general.name, once the types are known.
+func hfMetadata(m *hfModel) (gguf.Metadata, error) {
 	var md gguf.Metadata
 	a := m.ctx.arch
 	md.Set("general.architecture", gguf.String(a.name))
 	md.Set("general.type", gguf.String("model"))
-	name := opts.Name
-	if name == "" {
-		abs, err := filepath.Abs(m.dir)
-		if err != nil {
-			abs = m.dir
-		}
-		name = filepath.Base(abs)
+	abs, err := filepath.Abs(m.dir)
+	if err != nil {
+		abs = m.dir
 	}
-	md.Set("general.name", gguf.String(name))
+	md.Set("general.name", gguf.String(filepath.Base(abs)))
 	if err := commonHParams(m.ctx, &md); err != nil {
 		return nil, err
 	}

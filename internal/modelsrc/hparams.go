@@ -1,4 +1,4 @@
-package convert
+package modelsrc
 
 import (
 	"bytes"
