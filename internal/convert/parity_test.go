@@ -231,4 +231,3 @@ func TestProbabilityParityWithLlamaCpp(t *testing.T) {
 		}
 	}
 }
-
