@@ -7,7 +7,7 @@
 #   scripts/quality.sh [OUT_DIR]        (default build/quality)
 #
 # Environment: MODELS (default "qwen3 qwen3moe qwen35moe"), THREADS (default 2), WINDOWS
-# (held-out windows of 256 tokens, default 10). A calibration already in OUT_DIR/MODEL/calib
+# (held-out windows of 256 tokens, default 20). A calibration already in OUT_DIR/MODEL/calib
 # (imatrix.gguf present) is reused; delete it to recalibrate. Needs the llama.cpp reference
 # (make refs) and node.
 set -euo pipefail
@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 OUT=${1:-build/quality}
 MODELS=${MODELS:-"qwen3 qwen3moe qwen35moe"}
 THREADS=${THREADS:-2}
-WINDOWS=${WINDOWS:-10}
+WINDOWS=${WINDOWS:-20}
 mkdir -p "$OUT"
 go build -o "$OUT/tq" ./cmd/tq
 go build -o "$OUT/qualitybench" ./internal/qualitybench

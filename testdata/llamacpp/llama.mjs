@@ -18,7 +18,8 @@
 //          probability of every vocabulary id after tokens[0..i]: little-endian float64,
 //          position-major (len(seq) x vocab), -Infinity where the float32 probability is 0.
 //          The probabilities are those of the "probs" op (temperature 1, no truncation);
-//          vocab defaults to the number of probabilities at the first position. kvType (any
+//          vocab defaults to the number of probabilities at the first position; ctx must
+//          exceed the longest sequence (a full context is shifted before its last token). kvType (any
 //          request; default: node-llama-cpp's F16) sets the KV cache type of the context.
 //   {"op":"batch","threads":1,"requests":[req,...]} -> {"results":[resp,...]}  several requests in
 //          one process (saves the ~2 s start-up per request); each result is the response of
@@ -76,7 +77,8 @@ const handle = async (llama, req) => {
       let vocab = req.vocab || 0;
       const seqs = [];
       for (const toks of req.sequences) {
-        if (toks.length > (req.ctx || 512)) throw new Error(`sequence of ${toks.length} tokens > ctx ${req.ctx || 512}`);
+        // a context filled exactly is shifted before its last token: keep one slot free
+        if (toks.length >= (req.ctx || 512)) throw new Error(`sequence of ${toks.length} tokens needs ctx > ${toks.length}, got ${req.ctx || 512}`);
         await seq.clearHistory();
         const input = toks.map((t) => [t, { generateNext: { probabilities: true, options: { temperature: 1, topK: 0, topP: 1, minP: 0 } } }]);
         const res = await seq.controlledEvaluate(input);

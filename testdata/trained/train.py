@@ -3,8 +3,9 @@
 
 The models exist to measure quantization quality (KL divergence against F16) on weights that
 were really trained: random weights say nothing about it. Each is a few million parameters,
-trained on CPU in about 20 minutes on the training split of the Python 3.11 documentation
-written by prepare_data.py, with the internal/fixtures byte-level BPE tokenizer (1536 ids).
+trained on CPU (15-30 minutes each on the shared development machine, see README.md) on the
+training split of the Python 3.11 documentation written by prepare_data.py, with the
+internal/fixtures byte-level BPE tokenizer (1536 ids).
 
     python3 testdata/trained/train.py --arch qwen3 --data /tmp/tq-trained \
         --tokenizer /tmp/tq-trained/fixture --out testdata/trained/qwen3
@@ -47,7 +48,9 @@ the definition.
 Training: next-token cross-entropy on random 256-token windows of the training tokens
 (documents separated by <|endoftext|>), AdamW (betas 0.9/0.95, weight decay 0.1 on matrices),
 linear warm-up then cosine decay to 10%, gradient clipping at 1, MoE load-balancing loss
-(coefficient 0.01, the Switch-Transformer form), float32, fixed seeds, 2 threads.
+(coefficient 0.01, the Switch-Transformer form), float32, fixed seeds, --threads torch threads
+(1 for the committed models; the result depends on the step count, seed, torch build and
+thread count).
 """
 import argparse
 import copy
