@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
-# Reproduces the table "Quality on trained models" of docs/results.md from the committed models
-# of testdata/trained: for each model, the F16 conversion (the reference), tq calibrate's
-# importance matrix, and four quantized files measured with llama.cpp against F16 on the
-# held-out text (internal/qualitybench kld).
+# Reproduces docs/results.md, "Quality on trained models": for each committed model of
+# testdata/trained, the F16 conversion (the reference), tq calibrate's output (imatrix, policy,
+# Gram matrices), llama.cpp's algorithm and tq's files at the same sizes, measured with
+# llama.cpp against F16 on the held-out text (internal/qualitybench kld).
 #
 #   scripts/quality.sh [OUT_DIR]        (default build/quality)
 #
 # Environment: MODELS (default "qwen3 qwen3moe qwen35moe"), THREADS (default 2), WINDOWS
-# (held-out windows of 256 tokens, default 20). A calibration already in OUT_DIR/MODEL/calib
-# (imatrix.gguf present) is reused; delete it to recalibrate. Needs the llama.cpp reference
-# (make refs) and node.
+# (held-out windows of 256 tokens, default 20), MAXLEN (calibration sequence length, default
+# 256: the models' training context). A calibration already in OUT_DIR/MODEL/calib (hessians/
+# present) is reused; delete it to recalibrate. Needs the llama.cpp reference (make refs) and node.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-build/quality}
 MODELS=${MODELS:-"qwen3 qwen3moe qwen35moe"}
 THREADS=${THREADS:-2}
 WINDOWS=${WINDOWS:-20}
+MAXLEN=${MAXLEN:-256}
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
 go build -o "$OUT/tq" ./cmd/tq
 go build -o "$OUT/qualitybench" ./internal/qualitybench
 TQ=$OUT/tq
@@ -25,21 +27,27 @@ for m in $MODELS; do
   o=$OUT/$m
   mkdir -p "$o"
   echo "== $m" >&2
-  # reference: F16, as llama.cpp's convert_hf_to_gguf.py --outtype f16
   "$TQ" convert "$d" --outtype f16 -o "$o/f16.gguf" --no-manifest --threads "$THREADS" >&2
-  # importance matrix and turboquant policy from tq's built-in calibration set
-  if [ ! -f "$o/calib/imatrix.gguf" ]; then
-    "$TQ" calibrate "$d" -o "$o/calib" --threads "$THREADS" >&2
+  if [ ! -f "$o/calib/hessians/index.json" ]; then
+    "$TQ" calibrate "$d" -o "$o/calib" --max-length "$MAXLEN" --threads "$THREADS" >&2
   fi
-  # llama.cpp's algorithm: Q4_K_M with the imatrix, tq's reference mode (llama-quantize's bytes)
-  "$TQ" convert "$d" --outtype q4_k_m --imatrix "$o/calib/imatrix.gguf" -o "$o/q4km-llamacpp.gguf" --no-manifest --threads "$THREADS" >&2
-  # the same from the F16 file, as llama-quantize is run in practice
-  "$TQ" quantize "$o/f16.gguf" "$o/q4km-llamacpp-from-f16.gguf" q4_k_m --imatrix "$o/calib/imatrix.gguf" --threads "$THREADS" >&2
-  # tq's improved search for the same preset and imatrix
-  "$TQ" convert "$d" --outtype q4_k_m --imatrix "$o/calib/imatrix.gguf" --improved -o "$o/q4km-tq-improved.gguf" --no-manifest --threads "$THREADS" >&2
-  # turboquant with the calibrated policy
-  "$TQ" convert "$d" --use-turboquant --config "$o/calib/quantize_config.json" -o "$o/turboquant.gguf" --no-manifest --threads "$THREADS" >&2
-  files=("$o/q4km-llamacpp.gguf" "$o/q4km-llamacpp-from-f16.gguf" "$o/q4km-tq-improved.gguf" "$o/turboquant.gguf")
-  "$OUT/qualitybench" kld --f16 "$o/f16.gguf" --baseline q4km-llamacpp.gguf --windows "$WINDOWS" --threads "$THREADS" \
-    --json-out "$o/kld.json" "${files[@]}" | tee "$o/kld.txt"
+  # llama.cpp's algorithm (tq's reference mode reproduces llama-quantize's bytes) with the imatrix
+  "$TQ" convert "$d" --outtype q4_k_m --imatrix "$o/calib/imatrix.gguf" -o "$o/llamacpp-q4km.gguf" --no-manifest --threads "$THREADS" >&2
+  # tq with the whole calibration: the same preset, and a budget at the preset's size
+  "$TQ" convert "$d" --outtype q4_k_m --calibration "$o/calib" -o "$o/tq-q4km.gguf" --no-manifest --threads "$THREADS" >&2
+  bpw=$("$TQ" inspect "$o/llamacpp-q4km.gguf" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["bits_per_weight"])')
+  "$TQ" convert "$d" --target-bpw "$bpw" --calibration "$o/calib" -o "$o/tq-bpw.gguf" --no-manifest --threads "$THREADS" >&2
+  # turboquant, and llama.cpp's algorithm with the identical type of every tensor
+  "$TQ" convert "$d" --use-turboquant --calibration "$o/calib" -o "$o/tq-turbo.gguf" --no-manifest --threads "$THREADS" >&2
+  mix=()
+  while read -r name typ; do
+    mix+=(--tensor-type "^${name//./\\.}\$=$typ")
+  done < <("$TQ" inspect "$o/tq-turbo.gguf" --json | python3 -c '
+import json,sys
+for t in json.load(sys.stdin)["tensors"]:
+    if t["type"] != "f32": print(t["name"], t["type"])')
+  "$TQ" convert "$d" --outtype q8_0 --pure "${mix[@]}" --imatrix "$o/calib/imatrix.gguf" -o "$o/llamacpp-turbomix.gguf" --no-manifest --threads "$THREADS" >&2
+  "$OUT/qualitybench" kld --f16 "$o/f16.gguf" --baseline llamacpp-q4km.gguf --windows "$WINDOWS" --threads "$THREADS" \
+    --json-out "$o/kld.json" "$o/llamacpp-q4km.gguf" "$o/tq-q4km.gguf" "$o/tq-bpw.gguf" \
+    "$o/llamacpp-turbomix.gguf" "$o/tq-turbo.gguf" | tee "$o/kld.txt"
 done
