@@ -56,8 +56,7 @@ func TestConvertWithCalibrationDir(t *testing.T) {
 	if err := os.Mkdir(empty, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	rootCmd.SetArgs([]string{"convert", hfDir, "--calibration", empty, "--dry-run"})
-	if err := rootCmd.Execute(); err == nil || !strings.Contains(err.Error(), "imatrix.gguf") {
+	if _, _, err := tqRun(t, "convert", hfDir, "--calibration", empty, "--dry-run"); err == nil || !strings.Contains(err.Error(), "imatrix.gguf") {
 		t.Errorf("empty calibration folder: %v", err)
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"path/filepath"
 	"strings"
@@ -9,34 +8,17 @@ import (
 
 	"github.com/tq-project/tq/internal/llamacppref"
 
-	"github.com/spf13/pflag"
-
 	"github.com/tq-project/tq/internal/fixtures"
 )
 
 // tqCmd runs the tq command line in-process and returns stdout.
 func tqCmd(t *testing.T, args ...string) string {
 	t.Helper()
-	// Flag values live in package variables and would leak from one in-process run to the
-	// next: put every flag of every command back to its default first.
-	for _, c := range rootCmd.Commands() {
-		c.Flags().VisitAll(func(f *pflag.Flag) {
-			if sv, ok := f.Value.(pflag.SliceValue); ok {
-				_ = sv.Replace(nil)
-			} else {
-				_ = f.Value.Set(f.DefValue)
-			}
-			f.Changed = false
-		})
+	out, errs, err := tqRun(t, args...)
+	if err != nil {
+		t.Fatalf("tq %s: %v\nstderr:\n%s", strings.Join(args, " "), err, errs)
 	}
-	var out, errb bytes.Buffer
-	rootCmd.SetOut(&out)
-	rootCmd.SetErr(&errb)
-	rootCmd.SetArgs(args)
-	if err := rootCmd.Execute(); err != nil {
-		t.Fatalf("tq %s: %v\nstderr:\n%s", strings.Join(args, " "), err, errb.String())
-	}
-	return out.String()
+	return out
 }
 
 // TestPipelineCLI drives the user-facing path on a generated model: convert to Q8_0, inspect

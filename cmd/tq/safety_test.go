@@ -16,8 +16,9 @@ import (
 	"github.com/tq-project/tq/internal/fixtures"
 )
 
-// tqRun runs the tq command line in-process like tqCmd but returns stdout, stderr and the
-// error instead of failing.
+// tqRun runs the tq command line in-process and returns stdout, stderr and the error. Flag
+// values live in package variables and would leak from one in-process run to the next: every
+// flag of every command is put back to its default first.
 func tqRun(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
 	for _, c := range rootCmd.Commands() {
