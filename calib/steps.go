@@ -4,13 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"github.com/tq-project/tq/internal/modelsrc"
-	"math"
 	"math/rand/v2"
 	"runtime"
 	"sort"
 	"time"
 
-	"github.com/tq-project/tq/quant/kernels"
+	"github.com/tq-project/tq/infer"
 )
 
 // embed is step 0: the token embeddings of every sequence.
@@ -213,14 +212,8 @@ func (r *run) fillUncovered(il int, ss *Stats, lw *layerWeights, experts []int, 
 	for _, e := range experts {
 		wg := lw.data[names[0]][e*F*E : (e+1)*F*E]
 		wu := lw.data[names[1]][e*F*E : (e+1)*F*E]
-		if err := kernels.Sgemm(S, F, E, x, E, wg, E, g, F, false); err != nil {
+		if err := infer.ExpertActivations(x, S, E, wg, wu, F, g, u); err != nil {
 			return 0, fmt.Errorf("calib: block %d expert %d: %w", il, e, err)
-		}
-		if err := kernels.Sgemm(S, F, E, x, E, wu, E, u, F, false); err != nil {
-			return 0, fmt.Errorf("calib: block %d expert %d: %w", il, e, err)
-		}
-		for i, v := range g {
-			g[i] = v / (1 + float32(math.Exp(float64(-v)))) * u[i]
 		}
 		for i := 0; i < 2; i++ {
 			ts[i].Add(e, x, S)
@@ -269,7 +262,7 @@ func (r *run) head() (*stepResult, *Stats, error) {
 			return nil, nil, err
 		}
 		for t := 0; t < s.Valid; t++ {
-			rmsNorm(row, x[t*E:(t+1)*E], norm, eps)
+			infer.RMSNorm(row, x[t*E:(t+1)*E], norm, eps)
 			ts.AddRow(0, row)
 			if gc != nil {
 				if err := gc.linear(headName, row, 1, E); err != nil {
@@ -306,19 +299,6 @@ func (r *run) head() (*stepResult, *Stats, error) {
 	}
 	sr.Seconds = time.Since(t0).Seconds()
 	return sr, ss, nil
-}
-
-// rmsNorm is infer's RMSNorm (float64 sum of float32 squares).
-func rmsNorm(y, x, w []float32, eps float32) {
-	var sum float64
-	for _, v := range x {
-		sum += float64(v * v)
-	}
-	mean := float32(sum / float64(len(x)))
-	scale := 1 / float32(math.Sqrt(float64(mean+eps)))
-	for i, v := range x {
-		y[i] = (v * scale) * w[i]
-	}
 }
 
 // search runs the parameter search of tensor d with the importance and routing shares of ss.
