@@ -7,9 +7,6 @@ package quant
 import (
 	"fmt"
 	"math"
-	"runtime"
-	"sync"
-	"sync/atomic"
 
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/quant/kernels"
@@ -217,47 +214,17 @@ type gptqWork struct {
 }
 
 func (g *gptqRun) parallel(nrows, threads int) error {
-	if threads <= 0 {
-		threads = runtime.GOMAXPROCS(0)
+	m := min(gptqChunkRows, nrows)
+	newWork := func() *gptqWork {
+		return &gptqWork{
+			w:   make([]float32, m*g.n),
+			res: make([]float32, m*g.block),
+			idx: make([]uint8, m*g.n),
+			s:   make([]float32, m*gptqMaxSub),
+			o:   make([]float32, m*gptqMaxSub),
+		}
 	}
-	nchunks := (nrows + gptqChunkRows - 1) / gptqChunkRows
-	threads = max(1, min(threads, nchunks))
-	var next atomic.Int64
-	var mu sync.Mutex
-	firstRow := math.MaxInt
-	var firstErr error
-	var wg sync.WaitGroup
-	for w := 0; w < threads; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			m := min(gptqChunkRows, nrows)
-			ws := &gptqWork{
-				w:   make([]float32, m*g.n),
-				res: make([]float32, m*g.block),
-				idx: make([]uint8, m*g.n),
-				s:   make([]float32, m*gptqMaxSub),
-				o:   make([]float32, m*gptqMaxSub),
-			}
-			for {
-				c := int(next.Add(1) - 1)
-				if c >= nchunks {
-					return
-				}
-				r0 := c * gptqChunkRows
-				if err := g.chunk(ws, r0, min(nrows, r0+gptqChunkRows)); err != nil {
-					mu.Lock()
-					if r0 < firstRow {
-						firstRow, firstErr = r0, err
-					}
-					mu.Unlock()
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return firstErr
+	return parallelChunks(nrows, gptqChunkRows, threads, newWork, func(r0, r1 int, ws *gptqWork) error { return g.chunk(ws, r0, r1) })
 }
 
 // blockFinite reports whether every fp16 field of one block is finite.

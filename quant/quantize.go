@@ -152,16 +152,22 @@ func checkImportance(qw []float32, ncols int, name string) (float64, error) {
 // parallelRows runs fn over [0,nrows) split into chunks on up to threads goroutines
 // and returns the error of the lowest failing row range.
 func parallelRows(nrows, ncols, threads int, fn func(r0, r1 int, s *scratch) error) error {
+	return parallelChunks(nrows, max(1, 16384/max(1, ncols)), threads, func() *scratch { return new(scratch) }, fn)
+}
+
+// parallelChunks runs fn over [0,nrows) in chunks of chunk rows on up to threads goroutines
+// (<= 0: GOMAXPROCS), each with its own workspace from newWork, and returns the error of the
+// lowest failing chunk.
+func parallelChunks[W any](nrows, chunk, threads int, newWork func() W, fn func(r0, r1 int, w W) error) error {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	chunk := max(1, 16384/max(1, ncols))
 	nchunks := (nrows + chunk - 1) / chunk
 	threads = min(threads, nchunks)
 	if threads <= 1 {
-		s := new(scratch)
+		w := newWork()
 		for r := 0; r < nrows; r += chunk {
-			if err := fn(r, min(nrows, r+chunk), s); err != nil {
+			if err := fn(r, min(nrows, r+chunk), w); err != nil {
 				return err
 			}
 		}
@@ -172,18 +178,18 @@ func parallelRows(nrows, ncols, threads int, fn func(r0, r1 int, s *scratch) err
 	firstRow := math.MaxInt
 	var firstErr error
 	var wg sync.WaitGroup
-	for w := 0; w < threads; w++ {
+	for range threads {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s := new(scratch)
+			w := newWork()
 			for {
 				c := int(next.Add(1) - 1)
 				if c >= nchunks {
 					return
 				}
 				r0 := c * chunk
-				if err := fn(r0, min(nrows, r0+chunk), s); err != nil {
+				if err := fn(r0, min(nrows, r0+chunk), w); err != nil {
 					mu.Lock()
 					if r0 < firstRow {
 						firstRow, firstErr = r0, err
