@@ -18,12 +18,12 @@ step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 step "1. generate a small qwen3 model ($out/gen/hf)"
 go run ./internal/fixtures/cmd/tq-genmodel -arch qwen3 -out "$out/gen/hf"
 
-step "1. calibrate it (built-in 32 prompts, layer by layer, importance-weighted MSE search)"
+step "1. calibrate it (built-in 32 prompts, layer by layer: statistics and input Gram matrices)"
 $tq calibrate "$out/gen/hf" -o "$out/gen/calib" --max-length 512
 
-step "1. convert: F16 and turboquant (4-bit q/k/v/gate/up, Q8_0 o_proj/down_proj, F16 lm_head)"
+step "1. convert: F16 and turboquant (Q4_K q/k/v/gate/up, Q8_0 o_proj/down_proj, F16 lm_head; error-compensating search)"
 $tq convert "$out/gen/hf" --outtype f16 -o "$out/gen/model-f16.gguf"
-$tq convert "$out/gen/hf" --use-turboquant --config "$out/gen/calib/quantize_config.json" -o "$out/gen/model-tq.gguf"
+$tq convert "$out/gen/hf" --use-turboquant --calibration "$out/gen/calib" -o "$out/gen/model-tq.gguf"
 
 step "1. inspect the turboquant file"
 $tq inspect "$out/gen/model-tq.gguf" --no-tensors
@@ -36,7 +36,7 @@ step "2. calibrate the trained tool-calling model ($tm)"
 $tq calibrate "$tm" -o "$out/tool/calib" --max-length 512
 
 step "2. convert it with turboquant"
-$tq convert "$tm" --use-turboquant --config "$out/tool/calib/quantize_config.json" -o "$out/tool/model-tq.gguf"
+$tq convert "$tm" --use-turboquant --calibration "$out/tool/calib" -o "$out/tool/model-tq.gguf"
 
 step "2. verify: the quality gate CI would run (exit 0 = pass)"
 $tq verify "$out/tool/model-tq.gguf" --reference "$tm" --report "$out/tool/report"
