@@ -3,12 +3,8 @@
 package verify
 
 import (
-	"errors"
-	"strings"
 	"testing"
-	"time"
 
-	"github.com/tq-project/tq/internal/boundedread"
 	"github.com/tq-project/tq/internal/boundedread/hostiletest"
 	"github.com/tq-project/tq/verify/reflogits"
 )
@@ -20,12 +16,5 @@ func TestInputsRefuseDevicesAndFIFOs(t *testing.T) {
 		"suite.json":  func(p string) error { _, err := LoadSuite(p); return err },
 		"ref.logits":  func(p string) error { _, err := reflogits.ReadFile(p); return err },
 	}
-	for name, read := range readers {
-		for _, h := range hostiletest.Paths(t, name) {
-			err := hostiletest.Within(t, 10*time.Second, name+" "+h.What, func() error { return read(h.Path) })
-			if !errors.Is(err, boundedread.ErrNotRegular) || !strings.Contains(err.Error(), h.Path) {
-				t.Errorf("%s as %s: %v", h.What, name, err)
-			}
-		}
-	}
+	hostiletest.Refused(t, readers)
 }

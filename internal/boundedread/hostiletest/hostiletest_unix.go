@@ -3,10 +3,15 @@
 package hostiletest
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/tq-project/tq/internal/boundedread"
 )
 
 // Paths makes, in a fresh folder, a FIFO named name and (where /dev/zero exists) a symlink
@@ -27,4 +32,19 @@ func Paths(t testing.TB, name string) []Path {
 		out = append(out, Path{zero, "devzero"})
 	}
 	return out
+}
+
+// Refused makes the hostile paths (Paths) for each file name of readers and requires its
+// reader to refuse every one within 10 s with boundedread.ErrNotRegular and an error naming
+// the path.
+func Refused(t testing.TB, readers map[string]func(path string) error) {
+	t.Helper()
+	for name, read := range readers {
+		for _, h := range Paths(t, name) {
+			err := Within(t, 10*time.Second, name+" "+h.What, func() error { return read(h.Path) })
+			if !errors.Is(err, boundedread.ErrNotRegular) || !strings.Contains(err.Error(), h.Path) {
+				t.Errorf("%s as %s: %v", h.What, name, err)
+			}
+		}
+	}
 }
