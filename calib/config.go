@@ -82,6 +82,8 @@ type CalibrationRecord struct {
 	Precision string `json:"precision"`
 	// Hessians describes the input Gram matrices (absent when not collected).
 	Hessians *HessianRecord `json:"hessians,omitempty"`
+	// Sensitivity names the measured-sensitivity file (absent when the pass did not run).
+	Sensitivity string `json:"sensitivity,omitempty"`
 }
 
 // HessianRecord describes the input Gram matrices written beside the config (HessianDir).

@@ -103,6 +103,11 @@ type Options struct {
 	// SearchRows is the number of rows per matrix whose quantization is measured for the
 	// recorded figures (0: DefaultSearchRows; < 0: every row).
 	SearchRows int
+	// SensitivityTokens is the calibration tokens the measured-sensitivity pass scores (0:
+	// DefaultSensitivityTokens; < 0: no pass, no sensitivity.json). See sensitivity.go.
+	SensitivityTokens int
+	// SensitivityMACs bounds the pass's LM-head multiply-adds (0: DefaultSensitivityMACs).
+	SensitivityMACs float64
 	// Version is the tq version recorded.
 	Version string
 	// Import, when set, skips the forward pass: the search uses these statistics (a llama.cpp
@@ -118,7 +123,7 @@ type Options struct {
 
 // Progress reports calibration progress.
 type Progress struct {
-	// Stage is "embed", "layer", "search", "head" or "done".
+	// Stage is "embed", "layer", "search", "head", "sensitivity" or "done".
 	Stage string
 	// Layer is the block being run (0-based) and NLayer the model's depth.
 	Layer, NLayer int
@@ -143,6 +148,8 @@ type Result struct {
 	ResumedAt int `json:"resumed_at"`
 	// HiddenInRAM is the number of sequences whose hidden states were kept in RAM.
 	HiddenInRAM int `json:"hidden_in_ram"`
+	// SensitivityPath is the measured sensitivities ("" when the pass did not run).
+	SensitivityPath string `json:"sensitivity_path,omitempty"`
 	// HessianDir is the directory of the input Gram matrices ("" when not collected).
 	HessianDir string `json:"hessian_dir,omitempty"`
 	// EstimatedBytes is the memory accounted besides hidden states.
@@ -594,6 +601,16 @@ func (r *run) finish(res *Result, start time.Time) error {
 			return err
 		}
 		res.HessianDir = r.hess.dir
+	}
+	sp, err := r.sensitivity(all)
+	if err != nil {
+		return err
+	}
+	if sp != "" {
+		res.SensitivityPath = sp
+		rec.Sensitivity = SensitivityFile
+	} else if err := removeStale(filepath.Join(o.OutDir, SensitivityFile)); err != nil {
+		return err
 	}
 	return r.writeOutputs(res, all, choices, rec, chunk, start)
 }

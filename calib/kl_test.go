@@ -130,25 +130,10 @@ func evalAll(t testing.TB, m *infer.Model, toks []int32) [][]float32 {
 	return out
 }
 
-func logSoftmax(l []float32) []float64 {
-	mx := math.Inf(-1)
-	for _, v := range l {
-		mx = math.Max(mx, float64(v))
-	}
-	var z float64
-	for _, v := range l {
-		z += math.Exp(float64(v) - mx)
-	}
-	lz := mx + math.Log(z)
-	out := make([]float64, len(l))
-	for i, v := range l {
-		out[i] = float64(v) - lz
-	}
-	return out
-}
-
 func klLogits(p, q []float32) float64 {
-	lp, lq := logSoftmax(p), logSoftmax(q)
+	lp, lq := make([]float64, len(p)), make([]float64, len(q))
+	logSoftmax(lp, p)
+	logSoftmax(lq, q)
 	var kl float64
 	for i := range lp {
 		kl += math.Exp(lp[i]) * (lp[i] - lq[i])

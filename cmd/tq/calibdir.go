@@ -12,8 +12,8 @@ import (
 
 // calibrationInputs applies --calibration DIR (what tq calibrate wrote) to the convert
 // options: its quantize_config.json for --use-turboquant (unless --config is given), its
-// imatrix.gguf as importance (unless --imatrix is given), and its hessians/ for the
-// error-compensating search. It returns the files it uses, for the output-is-input check.
+// imatrix.gguf as importance (unless --imatrix is given), its sensitivity.json for budgets,
+// and its hessians/ for the error-compensating search. It returns the files it uses, for the output-is-input check.
 func calibrationInputs(dir string, opts *convert.Options, warn func(string)) ([]string, error) {
 	if dir == "" {
 		return nil, nil
@@ -37,6 +37,15 @@ func calibrationInputs(dir string, opts *convert.Options, warn func(string)) ([]
 		}
 		opts.Types.IMatrixPath = p
 		used = append(used, p)
+	}
+	sp := filepath.Join(dir, calib.SensitivityFile)
+	if _, err := os.Stat(sp); err == nil {
+		sens, err := calib.LoadSensitivity(sp)
+		if err != nil {
+			return nil, fmt.Errorf("--calibration: %w", err)
+		}
+		opts.Types.Sensitivity = sens
+		used = append(used, sp)
 	}
 	hdir := filepath.Join(dir, calib.HessianDir)
 	if _, err := os.Stat(filepath.Join(hdir, calib.HessianIndexFile)); err != nil {

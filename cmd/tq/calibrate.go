@@ -29,6 +29,7 @@ type calibrateFlags struct {
 	symmetric, restart, keepCkpt, json, noBaseline                   bool
 	hessians, noHessians                                             bool
 	hessianMaxCols                                                   int
+	sensTokens                                                       int
 }
 
 func init() {
@@ -53,6 +54,10 @@ Outputs in the output directory (default: MODEL_DIR, where tq convert --use-turb
   routing.json               MoE routing histogram and expert coverage
   hessians/                  the input Gram matrices E[x xᵀ] of every linear layer (GPTQ-style
                              quantization); --no-hessians skips them
+  sensitivity.json           per tensor, the KL divergence the model's output suffers when that
+                             tensor alone is quantized to 4.5 bits, measured on a sample of the
+                             calibration tokens (--sensitivity-tokens); budgets (tq convert
+                             --target-bpw --calibration) spend bits where it is large
 
 Calibration set (default: the built-in 32 prompts: tool calls, long documents, math), rendered
 through the model's own chat template with special tokens parsed as special and padded to
@@ -90,6 +95,7 @@ An interrupted run resumes from its last finished block (checkpoint in OUT/.tq-c
 	fl.BoolVar(&f.hessians, "hessians", true, "write the input Gram matrices of every linear layer to OUT/hessians (full up to --hessian-max-cols columns)")
 	fl.BoolVar(&f.noHessians, "no-hessians", false, "do not collect the input Gram matrices (same as --hessians=false)")
 	fl.IntVar(&f.hessianMaxCols, "hessian-max-cols", calib.DefaultHessianMaxCols, "inputs wider than this keep only their diagonal in hessians/")
+	fl.IntVar(&f.sensTokens, "sensitivity-tokens", calib.DefaultSensitivityTokens, "calibration tokens scored by the measured-sensitivity pass (0 = off)")
 	fl.StringVar(&f.exportIM, "export-imatrix", "", "also write the statistics as a llama.cpp imatrix (.gguf, or .dat for the legacy format)")
 	fl.StringVar(&f.importIM, "import-imatrix", "", "use a llama.cpp imatrix (.gguf or .dat) instead of running the model")
 	fl.BoolVar(&f.restart, "restart", false, "discard any checkpoint and start over (default: resume an unfinished run with the same inputs)")
@@ -117,11 +123,14 @@ func runCalibrate(cmd *cobra.Command, dir string, f *calibrateFlags) error {
 		KVCacheDType: f.kvDType, Method: f.method, LayersToQuantize: f.layers, SkipLayers: f.skip,
 		Threads: f.threads, Restart: f.restart, KeepCheckpoint: f.keepCkpt, UncoveredSample: f.uncovered,
 		SearchRows: f.searchRows, NoBaseline: f.noBaseline, PadMultiple: f.padMultiple, Version: tqVersion(),
-		NoHessians: f.noHessians || !f.hessians, HessianMaxCols: f.hessianMaxCols,
+		NoHessians: f.noHessians || !f.hessians, HessianMaxCols: f.hessianMaxCols, SensitivityTokens: f.sensTokens,
 		Warn: func(msg string) { fmt.Fprintln(stderr, "warning:", msg) },
 	}
 	if f.uncovered == 0 {
 		opts.UncoveredSample = -1
+	}
+	if f.sensTokens <= 0 {
+		opts.SensitivityTokens = -1
 	}
 	var err error
 	if opts.MemoryBudget, err = parseSize(f.memBudget); err != nil {
@@ -133,7 +142,7 @@ func runCalibrate(cmd *cobra.Command, dir string, f *calibrateFlags) error {
 	}
 	inputs := append(append(hfInputs(dir), f.datasets...), f.importIM)
 	if err := checkOutputs(inputs, filepath.Join(outDir, calib.ConfigFile), filepath.Join(outDir, calib.IMatrixFile),
-		filepath.Join(outDir, calib.StatsFile), filepath.Join(outDir, calib.RoutingFile), f.exportIM); err != nil {
+		filepath.Join(outDir, calib.StatsFile), filepath.Join(outDir, calib.RoutingFile), filepath.Join(outDir, calib.SensitivityFile), f.exportIM); err != nil {
 		return err
 	}
 	if f.importIM != "" {
@@ -329,6 +338,9 @@ func (p *calibProgress) done() {
 		fmt.Fprintf(p.w, "block %d/%d: %d tokens in %.1fs (%.0f tok/s)\n", ev.Layer+1, ev.NLayer, ev.Tokens,
 			ev.Elapsed.Seconds(), float64(ev.Tokens)/max(ev.Elapsed.Seconds(), 1e-9))
 	}
+	if ev.Stage == "sensitivity" && ev.Layer == ev.NLayer && ev.NSeq > 0 && ev.Seq == ev.NSeq {
+		fmt.Fprintf(p.w, "sensitivity pass: %d sequences through every probe in %.1fs\n", ev.NSeq, ev.Elapsed.Seconds())
+	}
 	p.last = calib.Progress{}
 }
 
@@ -349,6 +361,9 @@ func printCalibration(w io.Writer, res *calib.Result, exported string) error {
 	if h := rec.Hessians; h != nil && res.HessianDir != "" {
 		fmt.Fprintf(w, "wrote %s (%d Gram files, %s: %d inputs full, %d diagonal-only)\n", res.HessianDir, h.Files,
 			fmtBytes(h.Bytes), h.FullInputs, h.DiagonalInputs)
+	}
+	if res.SensitivityPath != "" {
+		fmt.Fprintf(w, "wrote %s\n", res.SensitivityPath)
 	}
 	fmt.Fprintf(w, "%s: %d prompts, %d tokens (%d with padding), %.1fs, %.0f tok/s through the model, %d threads\n",
 		rec.Arch, rec.Prompts, rec.Tokens, rec.PaddedTokens, rec.Seconds, rec.TokensPerSecond, rec.Threads)

@@ -30,7 +30,19 @@ import (
 // the granularity of whole-tensor steps). Tensors policy.KeepsHighPrecision names (Qwen3.5's
 // ssm_alpha / ssm_beta) are pinned to F16. With --use-turboquant the policy's type of each free
 // tensor is its floor: the ladder keeps only types of at least as many bytes (ladderAbove).
+//
+// With measured sensitivities (TypeOptions.Sensitivity: tq calibrate's KL of the model's
+// output when a tensor alone is in a reference type R), a tensor's costs are rescaled to
+// predicted KL: cost(W,T) · KL(W,R) / cost(W,R). For small errors the output KL is quadratic
+// in the weight error, as is the weighted squared error, so the ratio carries the tensor's
+// measured effect on the output over to every type of its ladder; tensors without a
+// measurement get the median ratio of those with one.
 const budgetSampleRows = 32
+
+// SensitivitySource gives a tensor's measured output KL in a reference type.
+type SensitivitySource interface {
+	Sensitivity(tensor string) (typ gguf.GGMLType, kl float64, ok bool)
+}
 
 var (
 	ladder256 = []gguf.GGMLType{gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeIQ4_XS, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K, gguf.TypeQ8_0, gguf.TypeF16}
@@ -76,6 +88,45 @@ type budgetTensor struct {
 	idx  int
 	hull []budgetOption
 	at   int
+	// refCost is the cost in the sensitivity reference type; scale converts costs to
+	// predicted KL (measured: from this tensor's own measurement).
+	refCost  float64
+	scale    float64
+	measured bool
+}
+
+// scaleFor is the factor from weighted error to predicted KL: kl / refCost, with a floor so
+// that a tensor measured at zero KL still prefers fewer errors.
+func scaleFor(kl, refCost float64) float64 {
+	if refCost <= 0 {
+		return 0
+	}
+	return max(kl, 1e-12) / refCost
+}
+
+// applySensitivity rescales every tensor's hull to predicted KL; tensors without a
+// measurement take the median factor of the measured ones.
+func applySensitivity(free []*budgetTensor) {
+	var fs []float64
+	for _, bt := range free {
+		if bt.measured && bt.scale > 0 {
+			fs = append(fs, bt.scale)
+		}
+	}
+	if len(fs) == 0 {
+		return
+	}
+	sort.Float64s(fs)
+	med := fs[len(fs)/2]
+	for _, bt := range free {
+		f := bt.scale
+		if !bt.measured || f <= 0 {
+			f = med
+		}
+		for k := range bt.hull {
+			bt.hull[k].cost *= f
+		}
+	}
 }
 
 // solveBudget replaces the free decisions by the budget solver's choice. reads[i] reads rows
@@ -119,11 +170,24 @@ func solveBudget(p *Plan, ts []policy.Tensor, ds []policy.Decision, reads []func
 		if opts.TurboQuant {
 			floor = d.Type
 		}
-		bt, err := measureTensor(i, t, reads[i], rowsPerMatrix[i], imp, opts.Improved, floor)
+		var ref gguf.GGMLType = gguf.TypeCount
+		var refKL float64
+		if opts.Sensitivity != nil {
+			if typ, kl, ok := opts.Sensitivity.Sensitivity(t.Name); ok {
+				ref, refKL = typ, kl
+			}
+		}
+		bt, err := measureTensor(i, t, reads[i], rowsPerMatrix[i], imp, opts.Improved, floor, ref)
 		if err != nil {
 			return nil, err
 		}
+		if ref != gguf.TypeCount {
+			bt.scale, bt.measured = scaleFor(refKL, bt.refCost), true
+		}
 		free = append(free, bt)
+	}
+	if opts.Sensitivity != nil {
+		applySensitivity(free)
 	}
 	used := fixedBytes
 	for _, bt := range free {
@@ -157,7 +221,11 @@ func solveBudget(p *Plan, ts []policy.Tensor, ds []policy.Decision, reads []func
 		d := &out[bt.idx]
 		d.Type = o.typ
 		d.Fallback = false
-		d.Rule = fmt.Sprintf("budget: predicted rel. error %.2e", o.cost/float64(max(1, ts[bt.idx].Elements())))
+		if opts.Sensitivity != nil {
+			d.Rule = fmt.Sprintf("budget: predicted KL %.2e", o.cost)
+		} else {
+			d.Rule = fmt.Sprintf("budget: predicted rel. error %.2e", o.cost/float64(max(1, ts[bt.idx].Elements())))
+		}
 	}
 	if p.Policy == "" {
 		p.Policy = "budget"
@@ -169,10 +237,19 @@ func solveBudget(p *Plan, ts []policy.Tensor, ds []policy.Decision, reads []func
 
 // measureTensor builds the convex hull of (bytes, predicted cost) over the tensor's ladder.
 func measureTensor(idx int, t policy.Tensor, read func(r0, n int64, dst []float32) error, rowsPerMatrix int64,
-	imp *importanceLookup, improved bool, floor gguf.GGMLType) (*budgetTensor, error) {
+	imp *importanceLookup, improved bool, floor, ref gguf.GGMLType) (*budgetTensor, error) {
 	cols := t.Cols()
 	rows := t.Elements() / cols
 	lad := ladderAbove(ladderFor(cols), floor, cols)
+	nlad := len(lad)
+	if ref != gguf.TypeCount {
+		// the reference type is measured too (last), whether or not the ladder has it
+		if _, err := ref.RowBytes(cols); err != nil {
+			ref = gguf.TypeCount
+		} else {
+			lad = append(append([]gguf.GGMLType(nil), lad...), ref)
+		}
+	}
 	var impFn func(int64) ([]float32, error)
 	if imp.enabled() {
 		f, err := imp.forTensor(t.Name, cols)
@@ -215,15 +292,19 @@ func measureTensor(idx int, t policy.Tensor, read func(r0, n int64, dst []float3
 	if energy == 0 {
 		energy = 1
 	}
-	opts2 := make([]budgetOption, len(lad))
-	for k, typ := range lad {
+	opts2 := make([]budgetOption, nlad)
+	for k, typ := range lad[:nlad] {
 		rb, err := typ.RowBytes(cols)
 		if err != nil {
 			return nil, fmt.Errorf("tensor %s: %w", t.Name, err)
 		}
 		opts2[k] = budgetOption{typ: typ, bytes: rb * rows, cost: errSum[k] / energy * float64(t.Elements())}
 	}
-	return &budgetTensor{idx: idx, hull: lowerHull(opts2)}, nil
+	bt := &budgetTensor{idx: idx, hull: lowerHull(opts2)}
+	if ref != gguf.TypeCount {
+		bt.refCost = errSum[nlad] / energy * float64(t.Elements())
+	}
+	return bt, nil
 }
 
 func weightAt(w []float32, c int) float64 {

@@ -119,3 +119,56 @@ func TestTargetBPW(t *testing.T) {
 		}
 	}
 }
+
+// fakeSensitivity says every tensor containing hot costs 1000 times the KL of the others in
+// the reference type.
+type fakeSensitivity struct{ hot string }
+
+func (f fakeSensitivity) Sensitivity(name string) (gguf.GGMLType, float64, bool) {
+	if strings.Contains(name, "token_embd") {
+		return 0, 0, false // unmeasured: takes the median factor
+	}
+	if strings.Contains(name, f.hot) {
+		return gguf.TypeQ4_K, 1, true
+	}
+	return gguf.TypeQ4_K, 1e-3, true
+}
+
+// With measured sensitivities the budget gives the sensitive tensors more bits than the rest
+// at the same total size, the opposite hot set gives the opposite allocation, and the rule
+// says the cost is predicted KL.
+func TestBudgetSensitivity(t *testing.T) {
+	o := fixtures.Preset("qwen3")
+	dir := genModel(t, o)
+	bitsOf := func(hot string) (hotBPW, coldBPW float64, p *Plan) {
+		p, err := PlanConvert(dir, Options{Types: TypeOptions{TargetBPW: 5, Sensitivity: fakeSensitivity{hot}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var hb, hw, cb, cw float64
+		for _, pt := range p.Tensors {
+			if !strings.HasPrefix(pt.Rule, "budget") {
+				continue
+			}
+			if !strings.Contains(pt.Rule, "predicted KL") {
+				t.Fatalf("%s: rule %q", pt.Name, pt.Rule)
+			}
+			n := float64(pt.Bytes) * 8 / pt.BPW
+			if strings.Contains(pt.Name, hot) {
+				hb, hw = hb+float64(pt.Bytes)*8, hw+n
+			} else if !strings.Contains(pt.Name, "token_embd") {
+				cb, cw = cb+float64(pt.Bytes)*8, cw+n
+			}
+		}
+		return hb / hw, cb / cw, p
+	}
+	h1, c1, p1 := bitsOf("attn_")
+	h2, c2, p2 := bitsOf("ffn_")
+	t.Logf("hot attn: attn %.2f bpw, rest %.2f; hot ffn: ffn %.2f bpw, rest %.2f", h1, c1, h2, c2)
+	if !(h1 > c1+1 && h2 > c2+1) {
+		t.Errorf("sensitive tensors did not get more bits: attn-hot %.2f vs %.2f, ffn-hot %.2f vs %.2f", h1, c1, h2, c2)
+	}
+	if p1.BPW > 5 || p2.BPW > 5 {
+		t.Errorf("budget exceeded: %.3f, %.3f bpw", p1.BPW, p2.BPW)
+	}
+}

@@ -347,6 +347,24 @@ func decide(p *Plan, model policy.Model, ts []policy.Tensor, opts *TypeOptions, 
 		for i, t := range ts {
 			ds[i] = policy.Decision{Name: t.Name, Type: policy.ConverterFloatType(t, ft.DefaultType()), Quantize: true, Rule: "outtype " + strings.ToLower(ft.String())}
 		}
+		if len(opts.Overrides) > 0 || opts.OutputTensorType != "" || opts.TokenEmbeddingType != "" {
+			// --tensor-type and friends quantize chosen tensors of a float file (e.g. one
+			// layer class in Q4_K, the rest F16, to measure what that class costs).
+			mix, err := opts.mixture(ft)
+			if err != nil {
+				return nil, 0, "", err
+			}
+			mix.HasImatrix = opts.IMatrixPath != "" || opts.Importance != nil
+			fds, err := mix.Assign(model, ts)
+			if err != nil {
+				return nil, 0, "", err
+			}
+			for i := range ds {
+				if fds[i].Fixed {
+					ds[i] = fds[i]
+				}
+			}
+		}
 		return ds, ft, "", nil
 	}
 	mix, err := opts.mixture(ft)

@@ -49,6 +49,10 @@ type TypeOptions struct {
 	// input has one is encoded with the error-compensating search (quant.QuantizeGPTQ),
 	// whatever the preset or policy (see hessian.go). nil: none.
 	Hessians HessianSource
+	// Sensitivity supplies measured output sensitivities (tq calibrate's sensitivity.json):
+	// budgets turn each tensor's predicted weight error into predicted KL with them (see
+	// budget.go). nil: the weight-error proxy alone.
+	Sensitivity SensitivitySource
 	// Improved uses quant.ModeImproved for preset types too (turboquant always uses it for the
 	// int4/int8 layers); the default reproduces llama-quantize's bytes.
 	Improved bool

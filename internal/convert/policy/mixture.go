@@ -183,13 +183,15 @@ func (s *mixState) decide(t Tensor, def gguf.GGMLType) (Decision, error) {
 	if m.OutputType != gguf.TypeCount && c == CatOutput {
 		return fixed(s.fallback(t, m.OutputType, "--output-tensor-type"))
 	}
-	if tr, _ := def.Traits(); !tr.Quantized {
-		return Decision{Type: def, Quantize: true, Rule: "file type " + m.FileType.String()}, nil
-	}
+	// --tensor-type applies whatever the file type, as in llama_model_quantize_impl
+	// (src/llama-quant.cpp), where the overrides are consulted after llama_tensor_get_type.
 	for _, o := range m.Overrides {
 		if o.Match(t.Name) {
 			return fixed(s.fallback(t, o.Type, "--tensor-type "+o.Pattern))
 		}
+	}
+	if tr, _ := def.Traits(); !tr.Quantized {
+		return Decision{Type: def, Quantize: true, Rule: "file type " + m.FileType.String()}, nil
 	}
 	nt, rule := def, "default"
 	if !m.Pure {

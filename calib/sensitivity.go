@@ -1,0 +1,599 @@
+package calib
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/infer"
+	"github.com/tq-project/tq/internal/boundedread"
+	"github.com/tq-project/tq/internal/convert/policy"
+	"github.com/tq-project/tq/internal/modelsrc"
+)
+
+// Measured sensitivity (sensitivity.json).
+//
+// For every quantizable weight tensor, the pass measures what quantizing that tensor alone
+// does to the model's output: the tensor is encoded in a 4.5-bit reference container (Q4_K
+// for rows of a multiple of 256, Q4_0 for a multiple of 32) with its importance, every other
+// weight stays at full precision, and the mean KL divergence of the next-token distribution
+// from the full-precision model's is measured over a sample of the calibration tokens. A
+// budget (tq convert --target-bpw / --max-size with --calibration) turns each tensor's
+// predicted weight error into predicted KL with that measurement, so it knows which tensors
+// matter: in the Qwen3.5 hybrid the linear-attention projections cost 100× more KL per weight
+// than the full-attention ones, which a weight-error proxy alone cannot see.
+//
+// The pass streams block by block like the statistics pass: a clean residual stream plus one
+// perturbed stream per tensor already probed (each started at its tensor's block), so its
+// memory is (probes + 1) × sample tokens × n_embd floats, and its work is dominated by the
+// LM head, (probes + 1) × tokens × vocabulary × n_embd multiply-adds. Both are bounded:
+// the sample shrinks to fit DefaultSensitivityMACs and a quarter of the memory budget, and the
+// pass is skipped (with a warning) when fewer than MinSensitivityTokens tokens would remain.
+
+// SensitivityFile is the file name of the measured sensitivities in the output directory.
+const SensitivityFile = "sensitivity.json"
+
+// SensitivityFormat identifies the file's layout.
+const SensitivityFormat = "tq-sensitivity/1"
+
+// DefaultSensitivityTokens is the calibration tokens the sensitivity pass scores by default.
+const DefaultSensitivityTokens = 2048
+
+// MinSensitivityTokens is the smallest sample worth measuring: below it the pass is skipped.
+const MinSensitivityTokens = 128
+
+// DefaultSensitivityMACs bounds the pass's LM-head work (multiply-adds, about a minute on
+// two cores).
+const DefaultSensitivityMACs = 1e11
+
+// maxSensitivityTensors bounds the entries a sensitivity file may hold.
+const maxSensitivityTensors = 1 << 20
+
+// Sensitivity is the contents of sensitivity.json.
+type Sensitivity struct {
+	Format string `json:"format"`
+	// Tokens and Sequences are the scored calibration positions and the sequences they came from.
+	Tokens    int `json:"tokens"`
+	Sequences int `json:"sequences"`
+	// Metric says what KL is.
+	Metric  string              `json:"metric"`
+	Seconds float64             `json:"seconds"`
+	Tensors []TensorSensitivity `json:"tensors"`
+
+	byName map[string]int
+}
+
+// TensorSensitivity is one tensor's measurement.
+type TensorSensitivity struct {
+	Name string `json:"name"`
+	// Type is the reference container the tensor was encoded in.
+	Type string `json:"type"`
+	// KL is the mean KL(full ‖ this tensor quantized) per scored token, in nats.
+	KL float64 `json:"kl"`
+	// RelError is the tensor's importance-weighted relative squared error in that container,
+	// Σ w·(x−x̂)² / Σ w·x² over all its weights.
+	RelError float64 `json:"rel_error"`
+}
+
+// LoadSensitivity reads and validates a sensitivity.json.
+func LoadSensitivity(path string) (*Sensitivity, error) {
+	b, err := boundedread.ReadFile(path, "sensitivity file", 64<<20)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSensitivity(b, path)
+}
+
+// ParseSensitivity validates the bytes of a sensitivity file (name is used in errors).
+func ParseSensitivity(b []byte, name string) (*Sensitivity, error) {
+	var s Sensitivity
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if s.Format != SensitivityFormat {
+		return nil, fmt.Errorf("%s: format %q, want %q", name, s.Format, SensitivityFormat)
+	}
+	if len(s.Tensors) > maxSensitivityTensors {
+		return nil, fmt.Errorf("%s: %d tensors (at most %d)", name, len(s.Tensors), maxSensitivityTensors)
+	}
+	seen := make(map[string]bool, len(s.Tensors))
+	for i, t := range s.Tensors {
+		if t.Name == "" || seen[t.Name] {
+			return nil, fmt.Errorf("%s: tensors[%d]: empty or repeated name %q", name, i, t.Name)
+		}
+		seen[t.Name] = true
+		typ, err := gguf.ParseType(t.Type)
+		if err != nil {
+			return nil, fmt.Errorf("%s: tensors[%d] (%s): %w", name, i, t.Name, err)
+		}
+		if tr, _ := typ.Traits(); !tr.Quantized {
+			return nil, fmt.Errorf("%s: tensors[%d] (%s): type %s is not a quantized type", name, i, t.Name, t.Type)
+		}
+		for _, v := range []float64{t.KL, t.RelError} {
+			if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+				return nil, fmt.Errorf("%s: tensors[%d] (%s): kl and rel_error must be finite and non-negative", name, i, t.Name)
+			}
+		}
+	}
+	return &s, nil
+}
+
+// Sensitivity implements internal/convert's SensitivitySource: tensor name's reference type
+// and measured KL.
+func (s *Sensitivity) Sensitivity(name string) (gguf.GGMLType, float64, bool) {
+	if s.byName == nil {
+		s.byName = make(map[string]int, len(s.Tensors))
+		for i, t := range s.Tensors {
+			s.byName[t.Name] = i
+		}
+	}
+	i, ok := s.byName[name]
+	if !ok {
+		return 0, 0, false
+	}
+	t := s.Tensors[i]
+	typ, err := gguf.ParseType(t.Type)
+	if err != nil {
+		return 0, 0, false
+	}
+	return typ, t.KL, true
+}
+
+// sensProbe is one perturbed residual stream per sampled sequence.
+type sensProbe struct {
+	name     string
+	typ      gguf.GGMLType
+	relErr   float64
+	x        [][]float32
+	klSum    float64
+	embdRows map[int32][]float32 // token_embd probe: the round-tripped rows
+	head     []float32           // output.weight probe: the round-tripped head
+}
+
+// sensitivityType is the reference container for a row of cols weights ("" when none).
+func sensitivityType(cols int64) (gguf.GGMLType, bool) {
+	switch {
+	case cols%256 == 0:
+		return gguf.TypeQ4_K, true
+	case cols%32 == 0:
+		return gguf.TypeQ4_0, true
+	}
+	return 0, false
+}
+
+// probed reports whether tensor d gets a probe: a weight the policy may quantize (and does
+// not pin to F16) with a reference container.
+func (r *run) probed(d modelsrc.TensorDesc) bool {
+	t := policy.Tensor{Name: d.Name, Shape: d.Shape}
+	if !policy.AllowsQuantization(t, false) || policy.KeepsHighPrecision(t) {
+		return false
+	}
+	_, ok := sensitivityType(d.Shape[0])
+	return ok
+}
+
+// sensitivity runs the measured-sensitivity pass and writes sensitivity.json; all holds the
+// merged statistics (importance). It returns the file's path, or "" when skipped.
+func (r *run) sensitivity(all *Stats) (string, error) {
+	o := r.opts
+	if o.SensitivityTokens < 0 {
+		return "", nil
+	}
+	t0 := time.Now()
+	c := r.cfg
+	E := c.NEmbd
+	headName := "output.weight"
+	hd, hasHead := r.descs[headName]
+	tied := !hasHead
+	if tied {
+		headName = "token_embd.weight"
+		hd = r.descs[headName]
+	}
+	if len(hd.Shape) != 2 || hd.Shape[0] != int64(E) {
+		return "", fmt.Errorf("calib: sensitivity: LM head %s has shape %v", headName, hd.Shape)
+	}
+	V := int(hd.Shape[1])
+	var names []string
+	for name, d := range r.descs {
+		if r.probed(d) {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	P := len(names)
+	if P == 0 {
+		return "", nil
+	}
+	// the sample: whole sequences spread over the calibration set, up to the token bound
+	want := o.SensitivityTokens
+	if want == 0 {
+		want = DefaultSensitivityTokens
+	}
+	maxMACs := o.SensitivityMACs
+	if maxMACs <= 0 {
+		maxMACs = DefaultSensitivityMACs
+	}
+	want = min(want, int(maxMACs/(float64(P+1)*float64(V)*float64(E))))
+	if o.MemoryBudget > 0 {
+		want = min(want, int(o.MemoryBudget/4/(int64(P+1)*int64(E)*4)))
+	}
+	if want < MinSensitivityTokens {
+		r.warn("sensitivity pass skipped: %d tensors × vocabulary %d × n_embd %d leave fewer than %d tokens within the work and memory bounds; budgets use the weight-error proxy",
+			P, V, E, MinSensitivityTokens)
+		return "", nil
+	}
+	var seqs []Sequence
+	tokens := 0
+	n := len(o.Sequences)
+	for k := 0; k < n && tokens < want; k++ {
+		// visit sequences in a spread order: 0, n/2, n/4, 3n/4, ...
+		s := o.Sequences[spreadIndex(k, n)]
+		v := min(s.Valid, want-tokens)
+		if v < 2 {
+			continue
+		}
+		seqs = append(seqs, Sequence{Tokens: s.Tokens[:v], Valid: v})
+		tokens += v
+	}
+	if tokens < MinSensitivityTokens {
+		r.warn("sensitivity pass skipped: only %d calibration tokens", tokens)
+		return "", nil
+	}
+	S := len(seqs)
+	threads := r.runner.Threads()
+
+	// embeddings: the clean stream and the token_embd probe
+	clean := make([][]float32, S)
+	for i, s := range seqs {
+		clean[i] = make([]float32, len(s.Tokens)*E)
+		for j, tok := range s.Tokens {
+			if err := r.src.ReadRows("token_embd.weight", int64(tok), 1, clean[i][j*E:(j+1)*E]); err != nil {
+				return "", fmt.Errorf("calib: %w", err)
+			}
+		}
+	}
+	var probes []*sensProbe
+	var headProbe *sensProbe
+	if d, ok := r.descs["token_embd.weight"]; ok && r.probed(d) {
+		p, err := r.embedProbe(d, seqs, all, threads)
+		if err != nil {
+			return "", err
+		}
+		probes = append(probes, p)
+		if tied {
+			headProbe = p
+		}
+	}
+	for il := 0; il < c.NLayer; il++ {
+		if err := r.ctx.Err(); err != nil {
+			return "", err
+		}
+		r.progress(Progress{Stage: "sensitivity", Layer: il, Elapsed: time.Since(t0)})
+		lw, err := loadLayer(r.src, il)
+		if err != nil {
+			return "", err
+		}
+		cleanIn := make([][]float32, S)
+		for i := range clean {
+			cleanIn[i] = append([]float32(nil), clean[i]...)
+		}
+		// the probes started earlier and the clean stream go through the clean block
+		if err := r.runner.LoadBlock(il, &metaSource{md: r.md, tensors: lw.tensors}); err != nil {
+			return "", fmt.Errorf("calib: %w", err)
+		}
+		for _, p := range probes {
+			if err := r.forwardAll(p.x, seqs); err != nil {
+				return "", err
+			}
+		}
+		if err := r.forwardAll(clean, seqs); err != nil {
+			return "", err
+		}
+		// one new probe per quantizable tensor of this block
+		for _, d := range lw.descs {
+			if !r.probed(d) {
+				continue
+			}
+			typ, _ := sensitivityType(d.Shape[0])
+			deq, rel, err := r.roundTrip(d, lw.data[d.Name], typ, all, threads)
+			if err != nil {
+				return "", err
+			}
+			ts := make(map[string]*infer.Tensor, len(lw.tensors))
+			for k, v := range lw.tensors {
+				ts[k] = v
+			}
+			ts[d.Name] = &infer.Tensor{Name: d.Name, Type: gguf.TypeF32, Dims: append([]int64(nil), d.Shape...), Data: f32Bytes(deq)}
+			if err := r.runner.LoadBlock(il, &metaSource{md: r.md, tensors: ts}); err != nil {
+				return "", fmt.Errorf("calib: %w", err)
+			}
+			p := &sensProbe{name: d.Name, typ: typ, relErr: rel, x: make([][]float32, S)}
+			for i := range cleanIn {
+				p.x[i] = append([]float32(nil), cleanIn[i]...)
+			}
+			if err := r.forwardAll(p.x, seqs); err != nil {
+				return "", err
+			}
+			probes = append(probes, p)
+		}
+		r.runner.Release()
+		lw = nil
+		runtime.GC()
+	}
+	// the LM head: output.weight's probe uses the clean stream with the round-tripped head
+	head := make([]float32, V*E)
+	if err := readTensor(r.src, hd, head); err != nil {
+		return "", fmt.Errorf("calib: %w", err)
+	}
+	if hasHead && r.probed(hd) {
+		typ, _ := sensitivityType(hd.Shape[0])
+		deq, rel, err := r.roundTrip(hd, head, typ, all, threads)
+		if err != nil {
+			return "", err
+		}
+		headProbe = &sensProbe{name: headName, typ: typ, relErr: rel, head: deq}
+		probes = append(probes, headProbe)
+	}
+	norm := make([]float32, E)
+	if d, ok := r.descs["output_norm.weight"]; ok {
+		if err := readTensor(r.src, d, norm); err != nil {
+			return "", fmt.Errorf("calib: %w", err)
+		}
+	}
+	eps := float32(c.RMSEps)
+	ref := make([]float64, V)
+	lp := make([]float64, V)
+	logits := make([]float32, V)
+	hn := make([]float32, E)
+	pn := make([]float32, E)
+	for i, s := range seqs {
+		if err := r.ctx.Err(); err != nil {
+			return "", err
+		}
+		r.progress(Progress{Stage: "sensitivity", Layer: c.NLayer, Seq: i + 1, NSeq: S, Elapsed: time.Since(t0)})
+		for t := 0; t < s.Valid; t++ {
+			infer.RMSNorm(hn, clean[i][t*E:(t+1)*E], norm, eps)
+			headLogits(logits, head, hn, threads)
+			logSoftmax(ref, logits)
+			for _, p := range probes {
+				x := clean[i][t*E : (t+1)*E]
+				if p.x != nil {
+					x = p.x[i][t*E : (t+1)*E]
+				}
+				w := head
+				switch {
+				case p == headProbe && tied:
+					w = p.tiedHead(head, r, hd) // the perturbed stream through the perturbed head
+				case p.head != nil:
+					w = p.head
+				}
+				infer.RMSNorm(pn, x, norm, eps)
+				headLogits(logits, w, pn, threads)
+				logSoftmax(lp, logits)
+				var kl float64
+				for v := range ref {
+					if ref[v] > -60 {
+						kl += math.Exp(ref[v]) * (ref[v] - lp[v])
+					}
+				}
+				p.klSum += max(kl, 0)
+			}
+		}
+	}
+	out := &Sensitivity{Format: SensitivityFormat, Tokens: tokens, Sequences: S,
+		Metric:  "mean KL(full precision ‖ this tensor alone in the reference container) per scored calibration token, nats",
+		Seconds: time.Since(t0).Seconds()}
+	for _, p := range probes {
+		out.Tensors = append(out.Tensors, TensorSensitivity{Name: p.name, Type: strings.ToLower(p.typ.String()), KL: p.klSum / float64(tokens), RelError: p.relErr})
+	}
+	sort.Slice(out.Tensors, func(a, b int) bool { return out.Tensors[a].Name < out.Tensors[b].Name })
+	path := filepath.Join(o.OutDir, SensitivityFile)
+	if err := saveJSON(path, out); err != nil {
+		return "", fmt.Errorf("calib: %w", err)
+	}
+	return path, nil
+}
+
+// removeStale removes an earlier run's output file (a regular file only) so that nothing reads
+// it as this run's.
+func removeStale(path string) error {
+	fi, err := os.Lstat(path)
+	if err != nil || !fi.Mode().IsRegular() {
+		return nil
+	}
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("calib: removing the earlier run's %s: %w", path, err)
+	}
+	return nil
+}
+
+// tiedHead is the round-tripped embedding used as the head of a tied model (built once).
+func (p *sensProbe) tiedHead(head []float32, r *run, d modelsrc.TensorDesc) []float32 {
+	if p.head == nil {
+		deq, _, err := r.roundTrip(d, head, p.typ, nil, r.runner.Threads())
+		if err != nil {
+			p.head = head
+		} else {
+			p.head = deq
+		}
+	}
+	return p.head
+}
+
+// embedProbe starts token_embd's probe: the sample's tokens looked up in the round-tripped
+// embedding (rows are encoded independently, so only the rows used are encoded).
+func (r *run) embedProbe(d modelsrc.TensorDesc, seqs []Sequence, all *Stats, threads int) (*sensProbe, error) {
+	E := int(d.Shape[0])
+	typ, _ := sensitivityType(d.Shape[0])
+	p := &sensProbe{name: d.Name, typ: typ, x: make([][]float32, len(seqs)), embdRows: map[int32][]float32{}}
+	var num, den float64
+	row := make([]float32, E)
+	deq := make([]float32, E)
+	var buf []byte
+	for i, s := range seqs {
+		p.x[i] = make([]float32, len(s.Tokens)*E)
+		for j, tok := range s.Tokens {
+			q, ok := p.embdRows[tok]
+			if !ok {
+				if err := r.src.ReadRows(d.Name, int64(tok), 1, row); err != nil {
+					return nil, fmt.Errorf("calib: %w", err)
+				}
+				var err error
+				if buf, err = quantizeRows(typ, row, 1, E, nil, 1, d.Name, buf, deq); err != nil {
+					return nil, err
+				}
+				q = append([]float32(nil), deq...)
+				p.embdRows[tok] = q
+				for c := range row {
+					e := float64(row[c]) - float64(q[c])
+					num += e * e
+					den += float64(row[c]) * float64(row[c])
+				}
+			}
+			copy(p.x[i][j*E:], q)
+		}
+	}
+	if den > 0 {
+		p.relErr = num / den
+	}
+	return p, nil
+}
+
+// roundTrip encodes tensor d (data: all its matrices) in typ with each matrix's importance and
+// returns the reconstruction and the importance-weighted relative squared error.
+func (r *run) roundTrip(d modelsrc.TensorDesc, data []float32, typ gguf.GGMLType, all *Stats, threads int) ([]float32, float64, error) {
+	cols := int(d.Shape[0])
+	rows := int(d.Shape[1])
+	nm := 1
+	if len(d.Shape) > 2 {
+		nm = int(d.Shape[2])
+	}
+	deq := make([]float32, len(data))
+	var buf []byte
+	var num, den float64
+	for e := 0; e < nm; e++ {
+		var imp []float32
+		if all != nil {
+			if ts := all.Tensors[d.Name]; ts != nil {
+				imp, _ = ts.Importance(e)
+			}
+		}
+		if imp != nil && len(imp) != cols {
+			imp = nil
+		}
+		x := data[e*rows*cols : (e+1)*rows*cols]
+		y := deq[e*rows*cols : (e+1)*rows*cols]
+		var err error
+		if buf, err = quantizeRows(typ, x, rows, cols, imp, threads, d.Name, buf, y); err != nil {
+			return nil, 0, err
+		}
+		for k := range x {
+			w := 1.0
+			if imp != nil {
+				w = float64(imp[k%cols])
+			}
+			e := float64(x[k]) - float64(y[k])
+			num += w * e * e
+			den += w * float64(x[k]) * float64(x[k])
+		}
+	}
+	rel := 0.0
+	if den > 0 {
+		rel = num / den
+	}
+	return deq, rel, nil
+}
+
+// forwardAll runs the loaded block over every sampled sequence's stream.
+func (r *run) forwardAll(xs [][]float32, seqs []Sequence) error {
+	for i, s := range seqs {
+		if err := r.runner.Forward(xs[i], len(s.Tokens), nil); err != nil {
+			return fmt.Errorf("calib: sensitivity: %w", err)
+		}
+	}
+	return nil
+}
+
+// spreadIndex orders 0..n-1 so that any prefix is spread over the range (bit-reversal order
+// of the next power of two, skipping indices ≥ n).
+func spreadIndex(k, n int) int {
+	bits := 0
+	for 1<<bits < n {
+		bits++
+	}
+	seen := 0
+	for i := 0; i < 1<<bits; i++ {
+		v := 0
+		for b := 0; b < bits; b++ {
+			if i&(1<<b) != 0 {
+				v |= 1 << (bits - 1 - b)
+			}
+		}
+		if v < n {
+			if seen == k {
+				return v
+			}
+			seen++
+		}
+	}
+	return k % max(n, 1)
+}
+
+// headLogits computes logits[v] = head[v]·h (head: V rows of len(h)), split over threads.
+func headLogits(logits, head, h []float32, threads int) {
+	E := len(h)
+	V := len(logits)
+	threads = max(1, min(threads, V/256))
+	var wg sync.WaitGroup
+	for w := 0; w < threads; w++ {
+		lo, hi := w*V/threads, (w+1)*V/threads
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for v := lo; v < hi; v++ {
+				logits[v] = dot32(head[v*E:(v+1)*E], h)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func dot32(a, b []float32) float32 {
+	var s0, s1, s2, s3 float32
+	n := len(a) &^ 3
+	b = b[:len(a)]
+	for i := 0; i < n; i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for i := n; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// logSoftmax writes log-probabilities of logits into dst.
+func logSoftmax(dst []float64, logits []float32) {
+	m := math.Inf(-1)
+	for _, v := range logits {
+		m = math.Max(m, float64(v))
+	}
+	var z float64
+	for _, v := range logits {
+		z += math.Exp(float64(v) - m)
+	}
+	lz := m + math.Log(z)
+	for i, v := range logits {
+		dst[i] = float64(v) - lz
+	}
+}

@@ -1,0 +1,136 @@
+package calib
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/infer"
+	"github.com/tq-project/tq/internal/testenv"
+)
+
+// TestSensitivityMatchesWholeModel checks the streamed sensitivity pass against the plain
+// definition: for a few tensors of the trained Qwen3.5 hybrid (a DeltaNet projection, a
+// full-attention projection, the experts, the embedding and the LM head), the whole model is
+// loaded with that tensor alone round-tripped through the reference container with its
+// importance, and the mean KL of the next-token distributions over the same tokens is
+// computed by tq's runner. The two compute the same function in float32 with different
+// summation orders (the pass runs its own LM head), so they agree to rounding: required
+// within 2 % relative (measured: 1e-5 relative or closer on all five). The ranking the budget relies on is checked
+// too: the first block's DeltaNet projection costs more than the full-attention q projection.
+func TestSensitivityMatchesWholeModel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("calibrates and evaluates a trained model")
+	}
+	dir := filepath.Join(testenv.RepoRoot(t), "testdata", "trained", "qwen35moe")
+	cal, _ := heldoutSplit(t, 2, 128, 0, 0)
+	out := filepath.Join(t.TempDir(), "out")
+	res := calibrate(t, dir, Options{Sequences: cal, Threads: 2, NoBaseline: true, NoSensitivity: true, NoHessians: true,
+		OutDir: out, SensitivityTokens: 256})
+	if res.SensitivityPath == "" {
+		t.Fatalf("no sensitivity file; warnings: %q", res.Warnings)
+	}
+	sens, err := LoadSensitivity(res.SensitivityPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sens.Tokens != 256 || sens.Sequences != 2 {
+		t.Fatalf("scored %d tokens of %d sequences, want 256 of 2", sens.Tokens, sens.Sequences)
+	}
+	ms := fullSource(t, dir)
+	load := func(s infer.Source) *infer.Model {
+		m, err := infer.Load(s, infer.Options{Threads: 2, CtxSize: 256, CacheTypeK: "f32", CacheTypeV: "f32", FullPrecision: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		return m
+	}
+	ref := load(ms)
+	got := map[string]float64{}
+	for _, name := range []string{"blk.0.attn_qkv.weight", "blk.3.attn_q.weight", "blk.1.ffn_up_exps.weight", "token_embd.weight", "output.weight"} {
+		typ, kl, ok := sens.Sensitivity(name)
+		if !ok {
+			t.Fatalf("%s: not measured", name)
+		}
+		if typ != gguf.TypeQ4_K {
+			t.Fatalf("%s: reference type %v, want q4_K", name, typ)
+		}
+		tt := ms.tensors[name]
+		src := bytesAsF32(tt.Data)
+		cols, rows := int(tt.Dims[0]), int(tt.Dims[1])
+		nmat := 1
+		if len(tt.Dims) > 2 {
+			nmat = int(tt.Dims[2])
+		}
+		deq := make([]float32, len(src))
+		for e := 0; e < nmat; e++ {
+			var imp []float32
+			if name != "token_embd.weight" {
+				imp, _ = res.Stats.Importance(name, e)
+			}
+			if _, err := quantizeRows(typ, src[e*rows*cols:(e+1)*rows*cols], rows, cols, imp, 0, name, nil, deq[e*rows*cols:(e+1)*rows*cols]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		q := &metaSource{md: ms.md, tensors: map[string]*infer.Tensor{}}
+		for k, v := range ms.tensors {
+			q.tensors[k] = v
+		}
+		q.tensors[name] = &infer.Tensor{Name: name, Type: gguf.TypeF32, Dims: tt.Dims, Data: f32Bytes(deq)}
+		want := meanKL(t, ref, load(q), cal)
+		got[name] = kl
+		t.Logf("%-26s pass %.6g, whole model %.6g (%.4f)", name, kl, want, kl/want)
+		if !(want > 0) || math.Abs(kl-want) > 0.02*want {
+			t.Errorf("%s: the pass measured KL %.6g, the whole model gives %.6g", name, kl, want)
+		}
+	}
+	if !(got["blk.0.attn_qkv.weight"] > got["blk.3.attn_q.weight"]) {
+		t.Errorf("DeltaNet attn_qkv (%.3g) not above attention q (%.3g)", got["blk.0.attn_qkv.weight"], got["blk.3.attn_q.weight"])
+	}
+}
+
+// TestSensitivitySkipped: a calibration set below MinSensitivityTokens and a disabled pass
+// write no file, and a stale sensitivity.json from an earlier run does not survive.
+func TestSensitivitySkipped(t *testing.T) {
+	dir := filepath.Join(testenv.RepoRoot(t), "testdata", "trained", "qwen3")
+	cal, _ := heldoutSplit(t, 1, 64, 0, 0)
+	out := filepath.Join(t.TempDir(), "out")
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(out, SensitivityFile)
+	if err := os.WriteFile(stale, []byte(`{"format":"tq-sensitivity/1","tensors":[]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := calibrate(t, dir, Options{Sequences: cal, Threads: 2, NoBaseline: true, NoSensitivity: true, NoHessians: true, OutDir: out})
+	if res.SensitivityPath != "" {
+		t.Fatalf("sensitivity written from %d tokens", cal[0].Valid)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Fatalf("stale %s left behind (err %v): convert --calibration would use another run's measurements", SensitivityFile, err)
+	}
+}
+
+func FuzzParseSensitivity(f *testing.F) {
+	f.Add([]byte(`{"format":"tq-sensitivity/1","tokens":2,"tensors":[{"name":"a.weight","type":"q4_K","kl":0.1,"rel_error":0.01}]}`))
+	f.Add([]byte(`{"format":"tq-sensitivity/1","tensors":[{"name":"a","type":"f16","kl":-1}]}`))
+	f.Add([]byte(`{"format":"x"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := ParseSensitivity(b, "fuzz")
+		if err != nil {
+			return
+		}
+		for _, ts := range s.Tensors {
+			typ, kl, ok := s.Sensitivity(ts.Name)
+			if !ok || kl < 0 || math.IsNaN(kl) {
+				t.Fatalf("%s: %v %v %v", ts.Name, typ, kl, ok)
+			}
+			if tr, _ := typ.Traits(); !tr.Quantized {
+				t.Fatalf("%s: type %v", ts.Name, typ)
+			}
+		}
+	})
+}
