@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -17,6 +18,7 @@ import (
 	"github.com/tq-project/tq/internal/boundedread"
 	"github.com/tq-project/tq/internal/convert/policy"
 	"github.com/tq-project/tq/internal/modelsrc"
+	"github.com/tq-project/tq/quant/kernels"
 )
 
 // Measured sensitivity (sensitivity.json).
@@ -33,10 +35,12 @@ import (
 //
 // The pass streams block by block like the statistics pass: a clean residual stream plus one
 // perturbed stream per tensor already probed (each started at its tensor's block), so its
-// memory is (probes + 1) × sample tokens × n_embd floats, and its work is dominated by the
-// LM head, (probes + 1) × tokens × vocabulary × n_embd multiply-adds. Both are bounded:
-// the sample shrinks to fit DefaultSensitivityMACs and a quarter of the memory budget, and the
-// pass is skipped (with a warning) when fewer than MinSensitivityTokens tokens would remain.
+// memory is (probes + 1) × sample tokens × n_embd floats. The LM head scores each probe over
+// the whole vocabulary when it is small, else over the reference's most probable tokens plus
+// a sample of the rest (topKKL), so its work per token is vocabulary × n_embd for the
+// reference plus probes × min(vocabulary, 512) × n_embd. Both are bounded: the sample shrinks
+// to fit DefaultSensitivityMACs and a quarter of the memory budget, and the pass is skipped
+// (with a warning) when fewer than MinSensitivityTokens tokens would remain.
 
 // SensitivityFile is the file name of the measured sensitivities in the output directory.
 const SensitivityFile = "sensitivity.json"
@@ -49,6 +53,14 @@ const DefaultSensitivityTokens = 2048
 
 // MinSensitivityTokens is the smallest sample worth measuring: below it the pass is skipped.
 const MinSensitivityTokens = 128
+
+// Vocabularies up to sensitivityFullVocab tokens are scored whole; larger ones over the
+// reference's sensitivityTopK most probable tokens of each position (topKKL).
+var (
+	sensitivityFullVocab = 8192
+	sensitivityTopK      = 256
+	sensitivityTail      = 256
+)
 
 // DefaultSensitivityMACs bounds the pass's LM-head work (multiply-adds, about a minute on
 // two cores).
@@ -63,6 +75,9 @@ type Sensitivity struct {
 	// Tokens and Sequences are the scored calibration positions and the sequences they came from.
 	Tokens    int `json:"tokens"`
 	Sequences int `json:"sequences"`
+	// TopK is 0 when KL was computed over the whole vocabulary, else the number of the
+	// reference's most probable tokens it was computed over (see topKKL).
+	TopK int `json:"top_k,omitempty"`
 	// Metric says what KL is.
 	Metric  string              `json:"metric"`
 	Seconds float64             `json:"seconds"`
@@ -221,7 +236,15 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 	if maxMACs <= 0 {
 		maxMACs = DefaultSensitivityMACs
 	}
-	want = min(want, int(maxMACs/(float64(P+1)*float64(V)*float64(E))))
+	// the head's work per token: the reference over the vocabulary, each probe over the
+	// vocabulary or (large vocabularies) over the reference's top sensitivityTopK tokens
+	topK := 0
+	perTok := float64(P+1) * float64(V) * float64(E)
+	if V > sensitivityFullVocab {
+		topK = sensitivityTopK
+		perTok = float64(V)*float64(E) + float64(P)*float64(topK+sensitivityTail)*float64(E)
+	}
+	want = min(want, int(maxMACs/perTok))
 	if o.MemoryBudget > 0 {
 		want = min(want, int(o.MemoryBudget/4/(int64(P+1)*int64(E)*4)))
 	}
@@ -354,6 +377,16 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 	logits := make([]float32, V)
 	hn := make([]float32, E)
 	pn := make([]float32, E)
+	idx := make([]int, 0, topK)
+	lk := make([]float64, topK)
+	var refLogits []float32
+	var mask []bool
+	var tail []int
+	u := make([]float64, sensitivityTail)
+	rng := rand.New(rand.NewPCG(1, 2))
+	if topK > 0 {
+		refLogits, mask = make([]float32, V), make([]bool, V)
+	}
 	for i, s := range seqs {
 		if err := r.ctx.Err(); err != nil {
 			return "", err
@@ -363,6 +396,23 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 			infer.RMSNorm(hn, clean[i][t*E:(t+1)*E], norm, eps)
 			headLogits(logits, head, hn, threads)
 			logSoftmax(ref, logits)
+			var pin, lseRef float64
+			if topK > 0 {
+				copy(refLogits, logits)
+				lseRef = float64(logits[0]) - ref[0]
+				idx = topIndices(idx, ref, topK)
+				for _, k := range idx {
+					pin += math.Exp(ref[k])
+					mask[k] = true
+				}
+				for j := range u {
+					u[j] = rng.Float64()
+				}
+				tail = tailSample(tail, ref, mask, u)
+				for _, k := range idx {
+					mask[k] = false
+				}
+			}
 			for _, p := range probes {
 				x := clean[i][t*E : (t+1)*E]
 				if p.x != nil {
@@ -376,19 +426,23 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 					w = p.head
 				}
 				infer.RMSNorm(pn, x, norm, eps)
-				headLogits(logits, w, pn, threads)
-				logSoftmax(lp, logits)
 				var kl float64
-				for v := range ref {
-					if ref[v] > -60 {
-						kl += math.Exp(ref[v]) * (ref[v] - lp[v])
+				if topK > 0 {
+					kl = topKKL(ref, refLogits, lseRef, idx, tail, pin, w, pn, lk)
+				} else {
+					headLogits(logits, w, pn, threads)
+					logSoftmax(lp, logits)
+					for v := range ref {
+						if ref[v] > -60 {
+							kl += math.Exp(ref[v]) * (ref[v] - lp[v])
+						}
 					}
 				}
 				p.klSum += max(kl, 0)
 			}
 		}
 	}
-	out := &Sensitivity{Format: SensitivityFormat, Tokens: tokens, Sequences: S,
+	out := &Sensitivity{Format: SensitivityFormat, Tokens: tokens, Sequences: S, TopK: topK,
 		Metric:  "mean KL(full precision ‖ this tensor alone in the reference container) per scored calibration token, nats",
 		Seconds: time.Since(t0).Seconds()}
 	for _, p := range probes {
@@ -559,27 +613,125 @@ func headLogits(logits, head, h []float32, threads int) {
 		go func() {
 			defer wg.Done()
 			for v := lo; v < hi; v++ {
-				logits[v] = dot32(head[v*E:(v+1)*E], h)
+				logits[v] = kernels.DotF32(head[v*E:(v+1)*E], h)
 			}
 		}()
 	}
 	wg.Wait()
 }
 
-func dot32(a, b []float32) float32 {
-	var s0, s1, s2, s3 float32
-	n := len(a) &^ 3
-	b = b[:len(a)]
-	for i := 0; i < n; i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
+// topIndices returns the indices of the k largest values of v (any order), reusing dst.
+func topIndices(dst []int, v []float64, k int) []int {
+	dst = dst[:0]
+	k = min(k, len(v))
+	// a min-heap on v of the k largest so far
+	less := func(a, b int) bool { return v[dst[a]] < v[dst[b]] }
+	down := func(i int) {
+		for {
+			l := 2*i + 1
+			if l >= len(dst) {
+				return
+			}
+			m := l
+			if r := l + 1; r < len(dst) && less(r, l) {
+				m = r
+			}
+			if !less(m, i) {
+				return
+			}
+			dst[i], dst[m] = dst[m], dst[i]
+			i = m
+		}
 	}
-	for i := n; i < len(a); i++ {
-		s0 += a[i] * b[i]
+	for i := range v {
+		if len(dst) < k {
+			dst = append(dst, i)
+			for j := len(dst) - 1; j > 0; {
+				p := (j - 1) / 2
+				if !less(j, p) {
+					break
+				}
+				dst[j], dst[p] = dst[p], dst[j]
+				j = p
+			}
+			continue
+		}
+		if v[i] > v[dst[0]] {
+			dst[0] = i
+			down(0)
+		}
 	}
-	return (s0 + s1) + (s2 + s3)
+	return dst
+}
+
+// tailSample draws m tokens outside the top set (mask) with probability proportional to the
+// reference's, by inverse CDF on stratified uniforms (u: m values in [0,1), one per stratum).
+func tailSample(dst []int, ref []float64, mask []bool, u []float64) []int {
+	dst = dst[:0]
+	var tot float64
+	for v, lp := range ref {
+		if !mask[v] {
+			tot += math.Exp(lp)
+		}
+	}
+	if tot <= 0 {
+		return dst
+	}
+	m := len(u)
+	var acc float64
+	j := 0
+	for v, lp := range ref {
+		if mask[v] {
+			continue
+		}
+		acc += math.Exp(lp) / tot
+		for j < m && (float64(j)+u[j])/float64(m) < acc {
+			dst = append(dst, v)
+			j++
+		}
+	}
+	for last := len(ref) - 1; j < m && last >= 0; last-- {
+		if !mask[last] { // rounding at the end of the CDF
+			for ; j < m; j++ {
+				dst = append(dst, last)
+			}
+		}
+	}
+	return dst
+}
+
+// topKKL estimates KL(ref ‖ probe) from the probe's logits on the reference's top tokens idx
+// (holding mass pin) and on tail, tokens drawn from the rest in proportion to the reference
+// (tailSample). refLogits are the reference's raw logits, lseRef their log-sum-exp. With
+// Δ_v the change of token v's logit, the tail's partition changes by E_tail[e^Δ] and its KL
+// term is p_tail·(lse_probe − lse_ref − E_tail[Δ]); both expectations are estimated by the
+// sample means. Exact when the probe changes no tail logit or the tail is empty.
+func topKKL(ref []float64, refLogits []float32, lseRef float64, idx, tail []int, pin float64, w, h []float32, lk []float64) float64 {
+	E := len(h)
+	ptail := max(0, 1-pin)
+	var zTop float64
+	for j, k := range idx {
+		lk[j] = float64(kernels.DotF32(w[k*E:(k+1)*E], h))
+		zTop += math.Exp(lk[j] - lseRef)
+	}
+	var meanExp, meanD float64
+	if len(tail) > 0 && ptail > 0 {
+		for _, v := range tail {
+			d := float64(kernels.DotF32(w[v*E:(v+1)*E], h)) - float64(refLogits[v])
+			meanExp += math.Exp(d)
+			meanD += d
+		}
+		meanExp /= float64(len(tail))
+		meanD /= float64(len(tail))
+	} else {
+		meanExp = 1
+	}
+	dl := math.Log(zTop + ptail*meanExp) // lse_probe − lse_ref
+	var kl float64
+	for j, k := range idx {
+		kl += math.Exp(ref[k]) * (ref[k] - (lk[j] - lseRef - dl))
+	}
+	return kl + ptail*(dl-meanD)
 }
 
 // logSoftmax writes log-probabilities of logits into dst.

@@ -8,7 +8,8 @@
 #
 # Environment: MODELS (default "qwen3 qwen3moe qwen35moe"), THREADS (default 2), WINDOWS
 # (held-out windows of 256 tokens, default 20), MAXLEN (calibration sequence length, default
-# 256: the models' training context). A calibration already in OUT_DIR/MODEL/calib (hessians/
+# 256: the models' training context), BUDGETS (more presets compared with the budget at their
+# size, default "q3_k_m q5_k_m"). A calibration already in OUT_DIR/MODEL/calib (hessians/
 # present) is reused; delete it to recalibrate. Needs the llama.cpp reference (make refs) and node.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +18,7 @@ MODELS=${MODELS:-"qwen3 qwen3moe qwen35moe"}
 THREADS=${THREADS:-2}
 WINDOWS=${WINDOWS:-20}
 MAXLEN=${MAXLEN:-256}
+BUDGETS=${BUDGETS:-"q3_k_m q5_k_m"}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 go build -o "$OUT/tq" ./cmd/tq
@@ -28,7 +30,7 @@ for m in $MODELS; do
   mkdir -p "$o"
   echo "== $m" >&2
   "$TQ" convert "$d" --outtype f16 -o "$o/f16.gguf" --no-manifest --threads "$THREADS" >&2
-  if [ ! -f "$o/calib/hessians/index.json" ]; then
+  if [ ! -f "$o/calib/hessians/index.json" ] || [ ! -f "$o/calib/sensitivity.json" ]; then
     "$TQ" calibrate "$d" -o "$o/calib" --max-length "$MAXLEN" --threads "$THREADS" >&2
   fi
   # llama.cpp's algorithm (tq's reference mode reproduces llama-quantize's bytes) with the imatrix
@@ -47,7 +49,17 @@ import json,sys
 for t in json.load(sys.stdin)["tensors"]:
     if t["type"] != "f32": print(t["name"], t["type"])')
   "$TQ" convert "$d" --outtype q8_0 --pure "${mix[@]}" --imatrix "$o/calib/imatrix.gguf" -o "$o/llamacpp-turbomix.gguf" --no-manifest --threads "$THREADS" >&2
+  # more budgets: each preset of BUDGETS from llama.cpp's algorithm and from tq, and tq's
+  # budget at that preset's size
+  extra=()
+  for pre in $BUDGETS; do
+    "$TQ" convert "$d" --outtype "$pre" --imatrix "$o/calib/imatrix.gguf" -o "$o/llamacpp-$pre.gguf" --no-manifest --threads "$THREADS" >&2
+    "$TQ" convert "$d" --outtype "$pre" --calibration "$o/calib" -o "$o/tq-$pre.gguf" --no-manifest --threads "$THREADS" >&2
+    b=$("$TQ" inspect "$o/llamacpp-$pre.gguf" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["bits_per_weight"])')
+    "$TQ" convert "$d" --target-bpw "$b" --calibration "$o/calib" -o "$o/tq-bpw-$pre.gguf" --no-manifest --threads "$THREADS" >&2
+    extra+=("$o/llamacpp-$pre.gguf" "$o/tq-$pre.gguf" "$o/tq-bpw-$pre.gguf")
+  done
   "$OUT/qualitybench" kld --f16 "$o/f16.gguf" --baseline llamacpp-q4km.gguf --windows "$WINDOWS" --threads "$THREADS" \
     --json-out "$o/kld.json" "$o/llamacpp-q4km.gguf" "$o/tq-q4km.gguf" "$o/tq-bpw.gguf" \
-    "$o/llamacpp-turbomix.gguf" "$o/tq-turbo.gguf" | tee "$o/kld.txt"
+    "$o/llamacpp-turbomix.gguf" "$o/tq-turbo.gguf" "${extra[@]}" | tee "$o/kld.txt"
 done
