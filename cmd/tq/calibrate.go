@@ -87,7 +87,7 @@ An interrupted run resumes from its last finished block (checkpoint in OUT/.tq-c
 	fl.StringSliceVar(&f.skip, "skip-layers", calib.DefaultSkipLayers, "layers kept out of int4: lm_head F16, the others Q8_0 (must include lm_head)")
 	fl.StringVar(&f.memBudget, "memory-budget", "", "bound on memory (e.g. 16G, 512M): hidden states beyond it are spilled to disk")
 	fl.IntVar(&f.threads, "threads", 0, "worker threads (0 = all CPUs)")
-	fl.IntVar(&f.maxLen, "max-length", 4096, "truncate calibration sequences to this many tokens (0 = no limit)")
+	fl.IntVar(&f.maxLen, "max-length", 4096, "truncate calibration sequences to this many tokens (0 = no limit; default: 4096 or the model's context length if shorter)")
 	fl.IntVar(&f.padMultiple, "pad-multiple", calib.DefaultPadMultiple, "pad sequences to a multiple of this many tokens")
 	fl.IntVar(&f.uncovered, "uncovered-sample", calib.DefaultUncoveredSample, "MoE: tokens per layer run through never-routed experts (negative: off)")
 	fl.IntVar(&f.searchRows, "search-rows", calib.DefaultSearchRows, "rows per tensor measured for the recorded errors (negative: all)")
@@ -152,8 +152,18 @@ func runCalibrate(cmd *cobra.Command, dir string, f *calibrateFlags) error {
 		if err := importStats(dir, f.importIM, &opts); err != nil {
 			return err
 		}
-	} else if err := calibrationSet(dir, f, &opts); err != nil {
-		return err
+	} else {
+		if !cmd.Flags().Changed("max-length") {
+			// calibrating past the context the model was trained on measures activations the
+			// model never produces in use
+			if n := modelContextLength(dir); n > 0 && n < f.maxLen {
+				fmt.Fprintf(stderr, "calibration sequences truncated to the model's context length, %d tokens (--max-length to change)\n", n)
+				f.maxLen = n
+			}
+		}
+		if err := calibrationSet(dir, f, &opts); err != nil {
+			return err
+		}
 	}
 
 	ctx, stop := signalContext()
@@ -177,6 +187,22 @@ func runCalibrate(cmd *cobra.Command, dir string, f *calibrateFlags) error {
 		return writeJSON(cmd.OutOrStdout(), res)
 	}
 	return printCalibration(cmd.OutOrStdout(), res, f.exportIM)
+}
+
+// modelContextLength is the model's trained context length (GGUF ARCH.context_length from
+// config.json), or 0 when unknown.
+func modelContextLength(dir string) int {
+	src, err := modelsrc.OpenHF(dir)
+	if err != nil {
+		return 0
+	}
+	defer src.Close()
+	md := src.Metadata()
+	n, err := md.GetUint(src.Arch() + ".context_length")
+	if err != nil {
+		return 0
+	}
+	return int(min(n, 1<<30))
 }
 
 // calibrationSet tokenizes the calibration prompts (or reads a token file) into opts.

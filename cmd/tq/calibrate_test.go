@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -74,5 +75,42 @@ func TestCalibrateCommand(t *testing.T) {
 	rootCmd.SetArgs([]string{"calibrate", dir, "-o", out, "--calibration-method", "kl"})
 	if err := rootCmd.Execute(); err == nil || !strings.Contains(err.Error(), "weighted MSE") {
 		t.Errorf("--calibration-method kl: %v", err)
+	}
+}
+
+// TestCalibrateContextLength: without --max-length, calibration sequences stop at the model's
+// context length (the trained test model's is 256 tokens), and calibrate says so; with it,
+// the given length wins. Run as a child process so that no flag state of other tests leaks in.
+func TestCalibrateContextLength(t *testing.T) {
+	if testing.Short() {
+		t.Skip("calibrates a trained model")
+	}
+	dir := filepath.Join("..", "..", "testdata", "trained", "qwen3")
+	run := func(args ...string) (calib.QuantizeConfig, string) {
+		out := filepath.Join(t.TempDir(), "out")
+		cmd := exec.Command(os.Args[0], append([]string{"calibrate", dir, "-o", out, "--threads", "2", "--no-hessians",
+			"--no-baseline", "--sensitivity-tokens", "0", "--search-rows", "8"}, args...)...)
+		cmd.Env = append(os.Environ(), "TQ_TEST_MAIN=1")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%v\n%s", err, stderr.String())
+		}
+		cfg, err := calib.LoadConfig(filepath.Join(out, calib.ConfigFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return *cfg, stderr.String()
+	}
+	cfg, msg := run()
+	if !strings.Contains(msg, "context length, 256 tokens") {
+		t.Errorf("no note about the context length:\n%s", msg)
+	}
+	if c := cfg.Calibration; c.PaddedTokens > int64(32*256) || c.Tokens < 32*200 {
+		t.Errorf("%d tokens (%d padded) from 32 prompts at the 256-token context", c.Tokens, c.PaddedTokens)
+	}
+	cfg, msg = run("--max-length", "512")
+	if strings.Contains(msg, "context length") || cfg.Calibration.PaddedTokens <= int64(32*256) {
+		t.Errorf("--max-length 512: %d padded tokens\n%s", cfg.Calibration.PaddedTokens, msg)
 	}
 }
