@@ -68,6 +68,10 @@ type Options struct {
 	SampleRows int
 	// RequireManifest fails the manifest check when no manifest exists (default: warning).
 	RequireManifest bool
+	// QuantizeConfig is the quantize_config.json a turboquant file was converted from: the
+	// file must record its SHA-256 and hold every listed tensor in its recorded container
+	// (check "quantize_config"; "" skips it).
+	QuantizeConfig string
 	// Imatrix is a llama.cpp importance matrix (calibration statistics) used to estimate each
 	// layer's sensitivity (with a reference).
 	Imatrix string
@@ -410,6 +414,9 @@ func (s *runState) integrity(ctx context.Context) error {
 	mc, tok := checkMetadata(m)
 	ir.Checks = append(ir.Checks, mc)
 	ir.Checks = append(ir.Checks, checkTurboQuant(m))
+	if s.o.QuantizeConfig != "" {
+		ir.Checks = append(ir.Checks, checkQuantizeConfig(m, s.o.QuantizeConfig))
+	}
 	s.tok = tok
 	vo := valueOptions{Full: s.o.Full, SampleRows: s.o.SampleRows, Progress: s.p.bar("decoding tensors")}
 	if s.o.Reference != "" {

@@ -17,6 +17,7 @@ import (
 
 type verifyFlags struct {
 	reference, refLogits, saveRef, text, suite, cacheType, config, report, markdown, imatrix string
+	quantConfig                                                                              string
 	topK, ctx, chunks, sampleRows, toolMax, threads                                          int
 	full, requireManifest, json, noConfig                                                    bool
 	skip                                                                                     []string
@@ -62,7 +63,9 @@ Checks (docs/verify.md defines every metric):
   integrity   SHA256SUMS / .sha256 manifest of every shard; GGUF layout (offsets, sizes,
               alignment); tensor types llama.cpp runs; architecture and tokenizer metadata;
               turboquant.* keys and the policy actually applied (lm_head F16, attn_output /
-              ffn_down >= 8 bit, kv_cache_dtype); no NaN/Inf in dequantized tensors
+              ffn_down >= 8 bit, kv_cache_dtype); with --quantize-config, every tensor
+              that quantize_config.json records is in its recorded container and the
+              file records that config's SHA-256; no NaN/Inf in dequantized tensors
               (sampled rows, --full for all)
   ppl         perplexity on --text (built-in text by default) exactly as llama-perplexity
               computes it: windows of --ctx tokens, second half scored, ± standard error
@@ -105,6 +108,7 @@ the summary (e.g. $GITHUB_STEP_SUMMARY), --report DIR writes an HTML page with p
 	fl.IntVar(&f.sampleRows, "sample-rows", verify.DefaultSampleRows, "rows decoded per tensor without --full")
 	fl.BoolVar(&f.requireManifest, "require-manifest", false, "fail when no SHA-256 manifest is found")
 	fl.StringVar(&f.imatrix, "imatrix", "", "calibration statistics (llama.cpp imatrix) for per-layer sensitivity")
+	fl.StringVar(&f.quantConfig, "quantize-config", "", "the quantize_config.json a turboquant file was converted from: check that the file holds every recorded tensor in its recorded container")
 	fl.StringVar(&f.suite, "toolcalls", "", "tool-call suite JSON (default: built-in)")
 	fl.IntVar(&f.toolMax, "toolcall-max-tokens", verify.DefaultToolCallMaxTokens, "token cap per tool-call case")
 	fl.StringVar(&f.cacheType, "cache-type", "f16", "KV cache type of the model: f16, f32, bf16, q8_0, q4_0, or auto (turboquant.kv_cache_dtype)")
@@ -165,7 +169,7 @@ func checkVerifyOutputs(model string, f *verifyFlags) error {
 	if cfg == "" && !f.noConfig {
 		cfg = verify.FindConfig(".")
 	}
-	inputs = append(inputs, f.refLogits, f.text, f.suite, f.imatrix, cfg)
+	inputs = append(inputs, f.refLogits, f.text, f.suite, f.imatrix, cfg, f.quantConfig)
 	outputs := []string{f.saveRef, f.markdown}
 	if f.report != "" {
 		for _, n := range []string{"index.html", "report.json", verify.PlotQuantError, verify.PlotKLDHist, verify.PlotSensitivity, verify.PlotRunningPPL} {
@@ -181,7 +185,7 @@ func verifyOptions(cmd *cobra.Command, model string, f *verifyFlags) (verify.Opt
 	o := verify.Options{
 		Model: model, Reference: f.reference, ReferenceLogits: f.refLogits, SaveReference: f.saveRef, TopK: f.topK,
 		TextPath: f.text, Ctx: f.ctx, Chunks: f.chunks, Full: f.full, SampleRows: f.sampleRows,
-		RequireManifest: f.requireManifest, Imatrix: f.imatrix, SuitePath: f.suite, ToolCallMaxTokens: f.toolMax,
+		RequireManifest: f.requireManifest, Imatrix: f.imatrix, QuantizeConfig: f.quantConfig, SuitePath: f.suite, ToolCallMaxTokens: f.toolMax,
 		CacheType: f.cacheType, Skip: f.skip, Threads: f.threads, TQVersion: tqVersion(),
 	}
 	th := verify.DefaultThresholds()
