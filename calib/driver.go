@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -423,6 +424,8 @@ func Calibrate(ctx context.Context, modelDir string, opts Options) (*Result, err
 			return nil, fmt.Errorf("calib: checkpoint: %w", err)
 		}
 	}
+	r.hidden.releaseRAM()
+	runtime.GC()
 	if err := r.finish(res, start); err != nil {
 		r.hidden.close()
 		return nil, err

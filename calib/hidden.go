@@ -137,6 +137,12 @@ func (h *hiddenStore) commit() error {
 	return nil
 }
 
+// releaseRAM drops the states kept in memory (after the last step nothing reads them), so
+// that what follows has the memory budget they held.
+func (h *hiddenStore) releaseRAM() {
+	h.ram, h.buf = nil, nil
+}
+
 func (h *hiddenStore) close() {
 	for _, f := range h.files {
 		if f != nil {

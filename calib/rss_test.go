@@ -56,8 +56,16 @@ func TestRSSChild(t *testing.T) {
 	if h := res.Config.Calibration.Hessians; h != nil {
 		full, diag = h.FullInputs, h.DiagonalInputs
 	}
-	fmt.Printf("RESULT hwm=%d in_ram=%d est=%d tps=%.1f gram_full=%d gram_diag=%d\n", vmHWM(), res.HiddenInRAM, res.EstimatedBytes,
-		res.Config.Calibration.TokensPerSecond, full, diag)
+	sens := 0
+	if res.SensitivityPath != "" {
+		s, err := LoadSensitivity(res.SensitivityPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sens = s.Tokens
+	}
+	fmt.Printf("RESULT hwm=%d in_ram=%d est=%d tps=%.1f gram_full=%d gram_diag=%d sens=%d\n", vmHWM(), res.HiddenInRAM, res.EstimatedBytes,
+		res.Config.Calibration.TokensPerSecond, full, diag, sens)
 }
 
 // TestPeakRSSWithinBudget (opt-in: TQ_CALIB_RSS=1; it takes minutes) calibrates a generated
@@ -89,14 +97,14 @@ func TestPeakRSSWithinBudget(t *testing.T) {
 		}
 		var hwm, inRAM, est int64
 		var tps float64
-		var gramFull, gramDiag int
+		var gramFull, gramDiag, sens int
 		for _, line := range strings.Split(string(out), "\n") {
 			if strings.HasPrefix(line, "RESULT ") {
-				fmt.Sscanf(line, "RESULT hwm=%d in_ram=%d est=%d tps=%f gram_full=%d gram_diag=%d", &hwm, &inRAM, &est, &tps, &gramFull, &gramDiag)
+				fmt.Sscanf(line, "RESULT hwm=%d in_ram=%d est=%d tps=%f gram_full=%d gram_diag=%d sens=%d", &hwm, &inRAM, &est, &tps, &gramFull, &gramDiag, &sens)
 			}
 		}
-		t.Logf("model: %d layers, hidden %d, %.0f MB on disk (bf16), %.0f MB as f32; budget %d MiB; peak RSS %.1f MiB; accounted %.1f MiB; %d of %d sequences in RAM; %.1f tokens/s; Gram matrices: %d inputs full, %d diagonal-only",
-			ro.Layers, ro.Hidden, float64(wb)/1e6, float64(2*wb)/1e6, budget>>20, float64(hwm)/(1<<20), float64(est)/(1<<20), inRAM, nseq, tps, gramFull, gramDiag)
+		t.Logf("model: %d layers, hidden %d, %.0f MB on disk (bf16), %.0f MB as f32; budget %d MiB; peak RSS %.1f MiB; accounted %.1f MiB; %d of %d sequences in RAM; %.1f tokens/s; Gram matrices: %d inputs full, %d diagonal-only; sensitivity pass: %d tokens",
+			ro.Layers, ro.Hidden, float64(wb)/1e6, float64(2*wb)/1e6, budget>>20, float64(hwm)/(1<<20), float64(est)/(1<<20), inRAM, nseq, tps, gramFull, gramDiag, sens)
 		if hwm <= 0 {
 			t.Fatalf("no VmHWM from the child:\n%s", out)
 		}

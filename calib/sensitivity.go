@@ -246,7 +246,24 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 	}
 	want = min(want, int(maxMACs/perTok))
 	if o.MemoryBudget > 0 {
-		want = min(want, int(o.MemoryBudget/4/(int64(P+1)*int64(E)*4)))
+		// the LM head in f32 (and its round trip for output.weight's probe) and the streams
+		// share a quarter of the budget
+		headBytes := int64(V) * int64(E) * 4
+		if hasHead && r.probed(hd) || tied {
+			headBytes *= 2
+		}
+		// and the round trip of the largest tensor beside its block
+		var largest int64
+		for _, name := range names {
+			largest = max(largest, elements(r.descs[name].Shape)*4)
+		}
+		left := o.MemoryBudget/4 - headBytes - largest
+		if left <= 0 {
+			r.warn("sensitivity pass skipped: the LM head in f32 (%s) and the largest tensor's round trip (%s) do not fit a quarter of the memory budget; budgets use the weight-error proxy",
+				fmtBytes(headBytes), fmtBytes(largest))
+			return "", nil
+		}
+		want = min(want, int(left/(int64(P+1)*int64(E)*4)))
 	}
 	if want < MinSensitivityTokens {
 		r.warn("sensitivity pass skipped: %d tensors × vocabulary %d × n_embd %d leave fewer than %d tokens within the work and memory bounds; budgets use the weight-error proxy",
