@@ -45,7 +45,7 @@ Tensor types:
                        layers int4/int8 with importance-weighted search, o_proj/down_proj
                        Q8_0, lm_head F16, norms F32
   --target-bpw/--max-size  choose per-tensor types to meet a size budget with the least
-                       predicted error (calibration importance when available)
+                       predicted error (with --calibration: predicted KL from the measured sensitivity of each tensor)
 
 Calibration: --calibration DIR takes everything tq calibrate wrote to DIR: the policy
 (quantize_config.json, for --use-turboquant), the importance matrix, and the input Gram
