@@ -54,6 +54,10 @@ const DefaultSensitivityTokens = 2048
 // MinSensitivityTokens is the smallest sample worth measuring: below it the pass is skipped.
 const MinSensitivityTokens = 128
 
+// sensitivityWorkRatio bounds the default sample: the pass's block work at most this many
+// times the statistics pass's (an explicit SensitivityTokens is not bounded by it).
+const sensitivityWorkRatio = 2
+
 // Vocabularies up to sensitivityFullVocab tokens are scored whole; larger ones over the
 // reference's sensitivityTopK most probable tokens of each position (topKKL).
 var (
@@ -235,6 +239,25 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 	maxMACs := o.SensitivityMACs
 	if maxMACs <= 0 {
 		maxMACs = DefaultSensitivityMACs
+	}
+	// by default the pass's block work stays within sensitivityWorkRatio × the statistics
+	// pass's: per token, every probe runs the blocks from its own to the last, and the clean
+	// stream all of them
+	if o.SensitivityTokens == 0 {
+		L := c.NLayer
+		perTokBlocks := L
+		for _, name := range names {
+			if l := Layer(name); l >= 0 {
+				perTokBlocks += L - l
+			} else if name == "token_embd.weight" {
+				perTokBlocks += L
+			}
+		}
+		var statsTokens int64
+		for _, s := range o.Sequences {
+			statsTokens += int64(len(s.Tokens))
+		}
+		want = min(want, int(sensitivityWorkRatio*float64(statsTokens)*float64(L)/float64(max(perTokBlocks, 1))))
 	}
 	// the head's work per token: the reference over the vocabulary, each probe over the
 	// vocabulary or (large vocabularies) over the reference's top sensitivityTopK tokens

@@ -207,3 +207,25 @@ func spearman(a, b []float64) float64 {
 	}
 	return 1 - 6*d2/(n*(n*n-1))
 }
+
+// TestSensitivityDefaultBound: by default the pass's block work stays within twice the
+// statistics pass's. On the trained qwen3 (4 blocks, 28 block tensors + embedding + head)
+// with 16 sequences of 256 tokens, that is 2·4096·4 / (4 + 7·(4+3+2+1) + 4) = 420 tokens;
+// an explicit token count is not bounded by it.
+func TestSensitivityDefaultBound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("calibrates a trained model")
+	}
+	dir := filepath.Join(testenv.RepoRoot(t), "testdata", "trained", "qwen3")
+	cal, _ := heldoutSplit(t, 16, 256, 0, 0)
+	for _, c := range []struct{ opt, want int }{{0, 420}, {1000, 1000}} {
+		res := calibrate(t, dir, Options{Sequences: cal, Threads: 2, NoBaseline: true, NoSensitivity: true, NoHessians: true, SearchRows: 8, SensitivityTokens: c.opt})
+		s, err := LoadSensitivity(res.SensitivityPath)
+		if err != nil {
+			t.Fatalf("SensitivityTokens %d: %v (warnings %q)", c.opt, err, res.Warnings)
+		}
+		if s.Tokens != c.want {
+			t.Errorf("SensitivityTokens %d: scored %d tokens, want %d", c.opt, s.Tokens, c.want)
+		}
+	}
+}

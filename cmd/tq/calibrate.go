@@ -95,7 +95,7 @@ An interrupted run resumes from its last finished block (checkpoint in OUT/.tq-c
 	fl.BoolVar(&f.hessians, "hessians", true, "write the input Gram matrices of every linear layer to OUT/hessians (full up to --hessian-max-cols columns)")
 	fl.BoolVar(&f.noHessians, "no-hessians", false, "do not collect the input Gram matrices (same as --hessians=false)")
 	fl.IntVar(&f.hessianMaxCols, "hessian-max-cols", calib.DefaultHessianMaxCols, "inputs wider than this keep only their diagonal in hessians/")
-	fl.IntVar(&f.sensTokens, "sensitivity-tokens", calib.DefaultSensitivityTokens, "calibration tokens scored by the measured-sensitivity pass (0 = off)")
+	fl.IntVar(&f.sensTokens, "sensitivity-tokens", calib.DefaultSensitivityTokens, "calibration tokens scored by the measured-sensitivity pass (0 = off; by default fewer when the pass would take more than twice the statistics pass)")
 	fl.StringVar(&f.exportIM, "export-imatrix", "", "also write the statistics as a llama.cpp imatrix (.gguf, or .dat for the legacy format)")
 	fl.StringVar(&f.importIM, "import-imatrix", "", "use a llama.cpp imatrix (.gguf or .dat) instead of running the model")
 	fl.BoolVar(&f.restart, "restart", false, "discard any checkpoint and start over (default: resume an unfinished run with the same inputs)")
@@ -129,8 +129,11 @@ func runCalibrate(cmd *cobra.Command, dir string, f *calibrateFlags) error {
 	if f.uncovered == 0 {
 		opts.UncoveredSample = -1
 	}
-	if f.sensTokens <= 0 {
+	switch {
+	case f.sensTokens <= 0:
 		opts.SensitivityTokens = -1
+	case !cmd.Flags().Changed("sensitivity-tokens"):
+		opts.SensitivityTokens = 0 // the default, bounded by the pass's cost
 	}
 	var err error
 	if opts.MemoryBudget, err = parseSize(f.memBudget); err != nil {
