@@ -37,8 +37,11 @@ test: refs fmt-check vet
 test-purego: refs
 	TQ_REQUIRE_REFS=1 $(GO) test -tags purego -count=1 -timeout 30m $(PKGS)
 
+# Benchmarks, with llama.cpp built natively for this CPU as the speed baseline
+# (scripts/llamacpp-native.sh: cached in build/llamacpp-native, needs cmake).
 bench: refs
-	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m $(PKGS)
+	TQ_LLAMACPP_NATIVE=$$(./scripts/llamacpp-native.sh) && export TQ_LLAMACPP_NATIVE && \
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 90m $(PKGS)
 
 demo: build
 	./scripts/demo.sh $(DEMO_DIR)

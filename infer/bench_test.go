@@ -1,9 +1,11 @@
 package infer
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -222,4 +224,78 @@ func oursPromptGen(b *testing.B, typ gguf.GGMLType, o Options, nPrompt, nGen int
 		}
 	}
 	return prompt, time.Since(t0).Seconds()
+}
+
+// llamaBenchResult is one row of `llama-bench -o json`.
+type llamaBenchResult struct {
+	NPrompt int     `json:"n_prompt"`
+	NGen    int     `json:"n_gen"`
+	AvgTS   float64 `json:"avg_ts"`
+}
+
+// BenchmarkVsNativeLlamaCpp compares tq with llama.cpp built natively for this CPU
+// (scripts/llamacpp-native.sh; `make bench` sets TQ_LLAMACPP_NATIVE to its bin directory):
+// prompt processing of 128 and 512 tokens and decoding of 32 tokens, llama-bench's figures
+// (`-p 128,512 -n 32 -r 3`, mean tokens/s) against tq's best of three, alternating over two
+// rounds, each side keeping its best. Types: q8_0, q4_K, q4_0 (TQ_BENCH_TYPE for one);
+// threads: 2 (TQ_BENCH_THREADS). Ratios are tq's speed over llama.cpp's. Use -benchtime=1x.
+func BenchmarkVsNativeLlamaCpp(b *testing.B) {
+	bin := os.Getenv("TQ_LLAMACPP_NATIVE")
+	if bin == "" {
+		b.Skip("TQ_LLAMACPP_NATIVE (the native llama.cpp bin directory, scripts/llamacpp-native.sh) not set")
+	}
+	threads := 2
+	if v, err := strconv.Atoi(os.Getenv("TQ_BENCH_THREADS")); err == nil && v > 0 {
+		threads = v
+	}
+	types := []gguf.GGMLType{gguf.TypeQ8_0, gguf.TypeQ4_K, gguf.TypeQ4_0}
+	if os.Getenv("TQ_BENCH_TYPE") != "" {
+		types = benchTypes()
+	}
+	const rounds, nGen = 2, 32
+	prompts := []int{128, 512}
+	for _, typ := range types {
+		b.Run(fmt.Sprintf("%s/threads=%d", typ, threads), func(b *testing.B) {
+			path := benchModelPath(b, typ)
+			for i := 0; i < b.N; i++ {
+				llama := map[int]float64{} // n_prompt (0: decode) → best tok/s
+				ours := map[int]float64{}
+				for r := 0; r < rounds; r++ {
+					cmd := exec.Command(filepath.Join(bin, "llama-bench"), "-m", path, "-p", "128,512", "-n", strconv.Itoa(nGen),
+						"-t", strconv.Itoa(threads), "-r", "3", "-o", "json")
+					out, err := cmd.Output()
+					if err != nil {
+						b.Fatalf("llama-bench: %v", err)
+					}
+					var rows []llamaBenchResult
+					if err := json.Unmarshal(out, &rows); err != nil {
+						b.Fatalf("llama-bench output: %v\n%s", err, out)
+					}
+					for _, row := range rows {
+						k := row.NPrompt
+						if row.NGen > 0 {
+							k = 0
+						}
+						llama[k] = math.Max(llama[k], row.AvgTS)
+					}
+					for rep := 0; rep < 3; rep++ {
+						for _, np := range prompts {
+							tp, _ := oursPromptGen(b, typ, Options{CtxSize: 1024, Threads: threads}, np, 0)
+							ours[np] = math.Max(ours[np], float64(np)/tp)
+						}
+						_, tg := oursPromptGen(b, typ, Options{CtxSize: 1024, Threads: threads}, 1, nGen)
+						ours[0] = math.Max(ours[0], float64(nGen)/tg)
+					}
+				}
+				for _, np := range prompts {
+					b.ReportMetric(ours[np], fmt.Sprintf("pp%d-tok/s", np))
+					b.ReportMetric(llama[np], fmt.Sprintf("native-pp%d-tok/s", np))
+					b.ReportMetric(ours[np]/llama[np], fmt.Sprintf("pp%d-ratio", np))
+				}
+				b.ReportMetric(ours[0], "tg-tok/s")
+				b.ReportMetric(llama[0], "native-tg-tok/s")
+				b.ReportMetric(ours[0]/llama[0], "tg-ratio")
+			}
+		})
+	}
 }

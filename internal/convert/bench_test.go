@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -139,6 +140,21 @@ func BenchmarkConvert(b *testing.B) {
 			b.Logf("%s: direct %.1fs (%.0f MB/s, peak RSS %d MiB); two-step f16 %.1fs + requantize %.1fs (peak %d MiB)",
 				typ, direct.Seconds, mb(direct.InBytes, direct.Seconds), direct.VmHWMKiB/1024, base.Seconds, req.Seconds,
 				max(base.VmHWMKiB, req.VmHWMKiB)/1024)
+			if bin := os.Getenv("TQ_LLAMACPP_NATIVE"); bin != "" {
+				// llama.cpp built natively (scripts/llamacpp-native.sh): llama-quantize on the
+				// same F16 file, all CPUs, as tq's requantize uses
+				out := filepath.Join(tmp, typ+"-llama.gguf")
+				t0 := time.Now()
+				cmd := exec.Command(filepath.Join(bin, "llama-quantize"), f16, out, typ, strconv.Itoa(runtime.NumCPU()))
+				if msg, err := cmd.CombinedOutput(); err != nil {
+					b.Fatalf("llama-quantize: %v\n%s", err, msg)
+				}
+				ls := time.Since(t0).Seconds()
+				b.ReportMetric(ls/req.Seconds, typ+"-requantize-speedup-vs-llama-quantize")
+				b.ReportMetric(ls/direct.Seconds, typ+"-direct-speedup-vs-llama-quantize")
+				b.Logf("%s: native llama-quantize %.1fs: tq requantize %.2fx, tq direct %.2fx its speed", typ, ls, ls/req.Seconds, ls/direct.Seconds)
+				os.Remove(out)
+			}
 			os.Remove(filepath.Join(tmp, typ+".gguf"))
 			os.Remove(filepath.Join(tmp, typ+"-2step.gguf"))
 		}
