@@ -37,7 +37,7 @@ if [ "$(cat "$out/.stamp" 2>/dev/null)" = "$stamp" ]; then
   fi
 fi
 rm -rf "$out/src" "$out/cmake" "$out/bin" "$out/.stamp"
-git clone -q "$bundle" "$out/src"
+git -c advice.detachedHead=false clone -q "$bundle" "$out/src"
 git -C "$out/src" checkout -q "$commit"
 echo "llamacpp-native.sh: building llama.cpp ${commit:0:12} natively (about 10 minutes on 2 cores; log: $out/build.log)" >&2
 gen=()
