@@ -105,8 +105,9 @@ func scaleFor(kl, refCost float64) float64 {
 }
 
 // applySensitivity rescales every tensor's hull to predicted KL; tensors without a
-// measurement take the median factor of the measured ones.
-func applySensitivity(free []*budgetTensor) {
+// measurement take the median factor of the measured ones. It reports whether any tensor had
+// a measurement (else nothing changes).
+func applySensitivity(free []*budgetTensor) bool {
 	var fs []float64
 	for _, bt := range free {
 		if bt.measured && bt.scale > 0 {
@@ -114,7 +115,7 @@ func applySensitivity(free []*budgetTensor) {
 		}
 	}
 	if len(fs) == 0 {
-		return
+		return false
 	}
 	sort.Float64s(fs)
 	med := fs[len(fs)/2]
@@ -127,6 +128,7 @@ func applySensitivity(free []*budgetTensor) {
 			bt.hull[k].cost *= f
 		}
 	}
+	return true
 }
 
 // solveBudget replaces the free decisions by the budget solver's choice. reads[i] reads rows
@@ -186,8 +188,11 @@ func solveBudget(p *Plan, ts []policy.Tensor, ds []policy.Decision, reads []func
 		}
 		free = append(free, bt)
 	}
+	sensitive := false
 	if opts.Sensitivity != nil {
-		applySensitivity(free)
+		if sensitive = applySensitivity(free); !sensitive && len(free) > 0 {
+			p.warn("the measured sensitivities name none of the tensors the budget chooses (another model's calibration?): budget by weight error only")
+		}
 	}
 	used := fixedBytes
 	for _, bt := range free {
@@ -221,7 +226,7 @@ func solveBudget(p *Plan, ts []policy.Tensor, ds []policy.Decision, reads []func
 		d := &out[bt.idx]
 		d.Type = o.typ
 		d.Fallback = false
-		if opts.Sensitivity != nil {
+		if sensitive {
 			d.Rule = fmt.Sprintf("budget: predicted KL %.2e", o.cost)
 		} else {
 			d.Rule = fmt.Sprintf("budget: predicted rel. error %.2e", o.cost/float64(max(1, ts[bt.idx].Elements())))

@@ -172,3 +172,29 @@ func TestBudgetSensitivity(t *testing.T) {
 		t.Errorf("budget exceeded: %.3f, %.3f bpw", p1.BPW, p2.BPW)
 	}
 }
+
+// otherModel's measurements name no tensor of the model.
+type otherModel struct{}
+
+func (otherModel) Sensitivity(string) (gguf.GGMLType, float64, bool) { return 0, 0, false }
+
+// Sensitivities that name none of the model's tensors change nothing and say so.
+func TestBudgetSensitivityOfAnotherModel(t *testing.T) {
+	dir := genModel(t, fixtures.Preset("qwen3"))
+	p, err := PlanConvert(dir, Options{Types: TypeOptions{TargetBPW: 5, Sensitivity: otherModel{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := PlanConvert(dir, Options{Types: TypeOptions{TargetBPW: 5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(p.Warnings, "\n"), "name none of the tensors") {
+		t.Errorf("no warning: %q", p.Warnings)
+	}
+	for i := range p.Tensors {
+		if p.Tensors[i].Type != q.Tensors[i].Type || strings.Contains(p.Tensors[i].Rule, "KL") {
+			t.Errorf("%s: %s (%s), without sensitivities %s", p.Tensors[i].Name, p.Tensors[i].Type, p.Tensors[i].Rule, q.Tensors[i].Type)
+		}
+	}
+}
