@@ -9,6 +9,7 @@ import (
 
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/infer"
+	"github.com/tq-project/tq/internal/fixtures"
 	"github.com/tq-project/tq/internal/testenv"
 )
 
@@ -227,5 +228,55 @@ func TestSensitivityDefaultBound(t *testing.T) {
 		if s.Tokens != c.want {
 			t.Errorf("SensitivityTokens %d: scored %d tokens, want %d", c.opt, s.Tokens, c.want)
 		}
+	}
+}
+
+// TestSensitivityTiedEmbeddings: with tied embeddings token_embd.weight is both the input
+// lookup and the LM head, so its probe perturbs both; the pass must agree with the whole model
+// run with the round-tripped matrix in that one place (generated qwen3 fixture; same 2 %
+// bound as TestSensitivityMatchesWholeModel).
+func TestSensitivityTiedEmbeddings(t *testing.T) {
+	o := fixtures.Preset("qwen3")
+	o.Layers = 2
+	o.TieEmbeddings = true
+	dir := genModel(t, o)
+	seqs := randSeqs(31, 3, vocabOf(t, dir), 64, 64, 64)
+	res := calibrate(t, dir, Options{Sequences: seqs, Threads: 2, NoBaseline: true, NoSensitivity: true, NoHessians: true, SensitivityTokens: 192})
+	sens, err := LoadSensitivity(res.SensitivityPath)
+	if err != nil {
+		t.Fatalf("%v (warnings %q)", err, res.Warnings)
+	}
+	if _, _, ok := sens.Sensitivity("output.weight"); ok {
+		t.Fatal("a tied model measured output.weight")
+	}
+	typ, kl, ok := sens.Sensitivity("token_embd.weight")
+	if !ok {
+		t.Fatal("token_embd.weight not measured")
+	}
+	ms := fullSource(t, dir)
+	tt := ms.tensors["token_embd.weight"]
+	src := bytesAsF32(tt.Data)
+	cols, rows := int(tt.Dims[0]), int(tt.Dims[1])
+	deq := make([]float32, len(src))
+	if _, err := quantizeRows(typ, src, rows, cols, nil, 0, "token_embd.weight", nil, deq); err != nil {
+		t.Fatal(err)
+	}
+	q := &metaSource{md: ms.md, tensors: map[string]*infer.Tensor{}}
+	for k, v := range ms.tensors {
+		q.tensors[k] = v
+	}
+	q.tensors["token_embd.weight"] = &infer.Tensor{Name: tt.Name, Type: gguf.TypeF32, Dims: tt.Dims, Data: f32Bytes(deq)}
+	load := func(s infer.Source) *infer.Model {
+		m, err := infer.Load(s, infer.Options{Threads: 2, CtxSize: 64, CacheTypeK: "f32", CacheTypeV: "f32", FullPrecision: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		return m
+	}
+	want := meanKL(t, load(ms), load(q), seqs)
+	t.Logf("tied token_embd: pass %.6g, whole model %.6g", kl, want)
+	if !(want > 0) || math.Abs(kl-want) > 0.02*want {
+		t.Errorf("the pass measured KL %.6g, the whole model gives %.6g", kl, want)
 	}
 }
