@@ -729,6 +729,10 @@ func (r *run) searchImported(start time.Time) (*Result, error) {
 	im.Meta = meta
 	rec := &CalibrationRecord{Prompts: meta.Prompts, Tokens: meta.Tokens, PaddedTokens: meta.PaddedTokens,
 		Threads: r.threadCount(), Precision: "imported statistics (" + meta.Imported + ")"}
+	// no forward pass, so no sensitivity: an earlier run's file must not pass for this one's
+	if err := removeStale(filepath.Join(o.OutDir, SensitivityFile)); err != nil {
+		return nil, err
+	}
 	if err := r.writeOutputs(res, im, choices, rec, chunk, start); err != nil {
 		return nil, err
 	}

@@ -114,6 +114,14 @@ func TestSensitivitySkipped(t *testing.T) {
 	if _, err := os.Stat(stale); !os.IsNotExist(err) {
 		t.Fatalf("stale %s left behind (err %v): convert --calibration would use another run's measurements", SensitivityFile, err)
 	}
+	// a search on imported statistics (no forward pass) removes it too
+	if err := os.WriteFile(stale, []byte(`{"format":"tq-sensitivity/1","tensors":[]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	calibrate(t, dir, Options{Import: res.Stats, ImportHash: "sha256:test", NoBaseline: true, NoSensitivity: true, OutDir: out})
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Fatalf("imported statistics: stale %s left behind (err %v)", SensitivityFile, err)
+	}
 }
 
 func FuzzParseSensitivity(f *testing.F) {
