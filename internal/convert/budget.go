@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/internal/convert/policy"
@@ -87,6 +88,7 @@ type budgetOption struct {
 type budgetTensor struct {
 	idx  int
 	hull []budgetOption
+	all  []budgetOption // every measured type, hull or not
 	at   int
 	// refCost is the cost in the sensitivity reference type; scale converts costs to
 	// predicted KL (measured: from this tensor's own measurement).
@@ -127,13 +129,16 @@ func applySensitivity(free []*budgetTensor) bool {
 		for k := range bt.hull {
 			bt.hull[k].cost *= f
 		}
+		for k := range bt.all {
+			bt.all[k].cost *= f
+		}
 	}
 	return true
 }
 
 // solveBudget replaces the free decisions by the budget solver's choice. reads[i] reads rows
 // of ts[i]; rowsPerMatrix[i] is the rows of one of its matrices.
-func solveBudget(p *Plan, ts []policy.Tensor, ds []policy.Decision, reads []func(r0, n int64, dst []float32) error,
+func solveBudget(p *Plan, model policy.Model, ts []policy.Tensor, ds []policy.Decision, reads []func(r0, n int64, dst []float32) error,
 	rowsPerMatrix []int64, imp *importanceLookup, opts *TypeOptions) ([]policy.Decision, error) {
 	if opts.TargetBPW < 0 || opts.MaxSize < 0 {
 		return nil, fmt.Errorf("negative size budget")
@@ -221,6 +226,23 @@ func solveBudget(p *Plan, ts []policy.Tensor, ds []policy.Decision, reads []func
 			heap.Push(h, bt)
 		}
 	}
+	var chosen float64
+	for _, bt := range free {
+		chosen += bt.hull[bt.at].cost
+	}
+	if !opts.TurboQuant {
+		// never worse than a preset of the same size by the same prediction: the best preset
+		// whose mixture fits the budget replaces the solver's choice if it predicts less
+		if pre, types, cost := bestPresetWithin(model, ts, free, budget, fixedBytes, opts); pre != "" && cost < chosen {
+			for _, bt := range free {
+				d := &out[bt.idx]
+				d.Type, d.Fallback = types[bt.idx], false
+				d.Rule = fmt.Sprintf("budget: preset %s predicts less (%.3g vs %.3g)", pre, cost, chosen)
+			}
+			p.warn("the %s preset's mixture predicts less error than the budget solver's choice at this size; using it", pre)
+			return finishBudget(p, out), nil
+		}
+	}
 	for _, bt := range free {
 		o := bt.hull[bt.at]
 		d := &out[bt.idx]
@@ -232,12 +254,66 @@ func solveBudget(p *Plan, ts []policy.Tensor, ds []policy.Decision, reads []func
 			d.Rule = fmt.Sprintf("budget: predicted rel. error %.2e", o.cost/float64(max(1, ts[bt.idx].Elements())))
 		}
 	}
+	return finishBudget(p, out), nil
+}
+
+func finishBudget(p *Plan, out []policy.Decision) []policy.Decision {
 	if p.Policy == "" {
 		p.Policy = "budget"
 	} else {
 		p.Policy += "+budget"
 	}
-	return out, nil
+	return out
+}
+
+// budgetPresets are the presets the budget is checked against (llama-quantize's mixtures).
+var budgetPresets = []policy.FileType{policy.FileTypeQ2_K, policy.FileTypeQ3_K_S, policy.FileTypeQ3_K_M, policy.FileTypeQ3_K_L,
+	policy.FileTypeIQ4_XS, policy.FileTypeQ4_K_S, policy.FileTypeQ4_K_M, policy.FileTypeQ5_K_S, policy.FileTypeQ5_K_M,
+	policy.FileTypeQ6_K, policy.FileTypeQ8_0}
+
+// bestPresetWithin returns the preset whose mixture (for the free tensors; the others keep
+// their decisions) fits budget bytes with the least predicted cost, its type per tensor and
+// that cost; "" when none fits or a preset type has no measured cost for some tensor.
+func bestPresetWithin(model policy.Model, ts []policy.Tensor, free []*budgetTensor, budget, fixedBytes int64,
+	opts *TypeOptions) (string, map[int]gguf.GGMLType, float64) {
+	best, bestCost := "", math.Inf(1)
+	var bestTypes map[int]gguf.GGMLType
+	for _, ft := range budgetPresets {
+		mix := policy.NewMixture(ft)
+		mix.HasImatrix = opts.IMatrixPath != "" || opts.Importance != nil
+		mix.LeaveOutput = opts.LeaveOutput
+		pds, err := mix.Assign(model, ts)
+		if err != nil {
+			continue
+		}
+		used, cost, ok := fixedBytes, 0.0, true
+		types := make(map[int]gguf.GGMLType, len(free))
+		for _, bt := range free {
+			typ := pds[bt.idx].Type
+			o, found := bt.option(typ)
+			if !found {
+				ok = false
+				break
+			}
+			used += o.bytes
+			cost += o.cost
+			types[bt.idx] = typ
+		}
+		if ok && used <= budget && cost < bestCost {
+			best, bestCost, bestTypes = strings.ToLower(ft.String()), cost, types
+		}
+	}
+	return best, bestTypes, bestCost
+}
+
+// option returns the measured option of type typ (whether or not it is on the hull).
+func (bt *budgetTensor) option(typ gguf.GGMLType) (budgetOption, bool) {
+	for _, o := range bt.all {
+		if o.typ == typ {
+			return o, true
+		}
+	}
+	return budgetOption{}, false
 }
 
 // measureTensor builds the convex hull of (bytes, predicted cost) over the tensor's ladder.
@@ -305,7 +381,7 @@ func measureTensor(idx int, t policy.Tensor, read func(r0, n int64, dst []float3
 		}
 		opts2[k] = budgetOption{typ: typ, bytes: rb * rows, cost: errSum[k] / energy * float64(t.Elements())}
 	}
-	bt := &budgetTensor{idx: idx, hull: lowerHull(opts2)}
+	bt := &budgetTensor{idx: idx, hull: lowerHull(opts2), all: opts2}
 	if ref != gguf.TypeCount {
 		bt.refCost = errSum[nlad] / energy * float64(t.Elements())
 	}

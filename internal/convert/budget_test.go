@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/internal/convert/policy"
 	"github.com/tq-project/tq/internal/fixtures"
 )
 
@@ -195,6 +196,50 @@ func TestBudgetSensitivityOfAnotherModel(t *testing.T) {
 	for i := range p.Tensors {
 		if p.Tensors[i].Type != q.Tensors[i].Type || strings.Contains(p.Tensors[i].Rule, "KL") {
 			t.Errorf("%s: %s (%s), without sensitivities %s", p.Tensors[i].Name, p.Tensors[i].Type, p.Tensors[i].Rule, q.Tensors[i].Type)
+		}
+	}
+}
+
+// bestPresetWithin picks, among the presets whose mixture fits, the one with the least
+// predicted cost, and none when nothing fits or a type has no measured cost.
+func TestBestPresetWithin(t *testing.T) {
+	var ts []policy.Tensor
+	for _, n := range []string{"blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight", "blk.0.attn_output.weight",
+		"blk.0.ffn_gate.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight"} {
+		ts = append(ts, policy.Tensor{Name: n, Shape: []int64{256, 256}, Type: gguf.TypeF16})
+	}
+	model := policy.Model{Arch: "llama", NLayer: 1, NHead: 4, NHeadKV: 4}
+	// cost falls with bytes: more bits predict less error
+	var free []*budgetTensor
+	for i := range ts {
+		bt := &budgetTensor{idx: i}
+		for _, typ := range ladder256 {
+			rb, _ := typ.RowBytes(256)
+			bt.all = append(bt.all, budgetOption{typ: typ, bytes: rb * 256, cost: 1e6 / float64(rb)})
+		}
+		free = append(free, bt)
+	}
+	o := &TypeOptions{}
+	q8, _ := gguf.TypeQ8_0.RowBytes(256)
+	pre, types, _ := bestPresetWithin(model, ts, free, 7*256*q8, 0, o)
+	if pre != "q8_0" || types[0] != gguf.TypeQ8_0 {
+		t.Errorf("room for q8_0: got %q %v", pre, types)
+	}
+	q4, _ := gguf.TypeQ4_K.RowBytes(256)
+	pre, _, _ = bestPresetWithin(model, ts, free, 7*256*q4+256*40, 0, o)
+	if pre == "" || pre == "q8_0" || pre == "q6_k" || pre == "q5_k_m" {
+		t.Errorf("room for about 4.6 bpw: got %q", pre)
+	}
+	if pre, _, _ = bestPresetWithin(model, ts, free, 1000, 0, o); pre != "" {
+		t.Errorf("nothing fits 1000 bytes, got %q", pre)
+	}
+	for _, bt := range free {
+		bt.all = bt.all[:2] // only q2_K and q3_K measured
+	}
+	pre, types, _ = bestPresetWithin(model, ts, free, 7*256*q8, 0, o)
+	for i, typ := range types {
+		if typ != gguf.TypeQ2_K && typ != gguf.TypeQ3_K {
+			t.Errorf("with only q2_K/q3_K measured, preset %q gives %s type %s", pre, ts[i].Name, typ)
 		}
 	}
 }

@@ -215,7 +215,7 @@ func planHF(src *modelsrc.HFSource, t *TypeOptions, name, version string, warn f
 		_, rpm[i] = rowsOf(d.Shape)
 	}
 	if t.TargetBPW > 0 || t.MaxSize > 0 {
-		decisions, err = solveBudget(p, ts, decisions, reads, rpm, imp, t)
+		decisions, err = solveBudget(p, model, ts, decisions, reads, rpm, imp, t)
 		if err != nil {
 			return nil, err
 		}

@@ -154,7 +154,7 @@ func planGGUF(g *ggufModel, o *TypeOptions, allowRequantize bool, version string
 		}
 	}
 	if o.TargetBPW > 0 || o.MaxSize > 0 {
-		if ds, err = solveBudget(p, ts, ds, reads, rpm, imp, o); err != nil {
+		if ds, err = solveBudget(p, model, ts, ds, reads, rpm, imp, o); err != nil {
 			return nil, err
 		}
 		ftype = mixtureFileType(decisionTypes(ts, ds))
