@@ -174,3 +174,25 @@ func calibrate(t testing.TB, dir string, o Options) *Result {
 	}
 	return res
 }
+
+// loadF32 loads src as a full-precision model (f32 KV cache) closed at the end of the test.
+func loadF32(t testing.TB, src infer.Source, ctx int) *infer.Model {
+	t.Helper()
+	m, err := infer.Load(src, infer.Options{Threads: 2, CtxSize: ctx, CacheTypeK: "f32", CacheTypeV: "f32", FullPrecision: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// withTensor returns a copy of ms whose tensor name holds the f32 values v.
+func withTensor(ms *metaSource, name string, v []float32) *metaSource {
+	out := &metaSource{md: ms.md, tensors: make(map[string]*infer.Tensor, len(ms.tensors))}
+	for k, t := range ms.tensors {
+		out.tensors[k] = t
+	}
+	t := ms.tensors[name]
+	out.tensors[name] = &infer.Tensor{Name: name, Type: gguf.TypeF32, Dims: t.Dims, Data: f32Bytes(v)}
+	return out
+}

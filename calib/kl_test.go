@@ -167,14 +167,7 @@ func TestCalibrationLowersKL(t *testing.T) {
 		t.Fatal(err)
 	}
 	ms := fullSource(t, dir)
-	load := func(s infer.Source) *infer.Model {
-		m, err := infer.Load(s, infer.Options{Threads: 2, CtxSize: 256, CacheTypeK: "f32", CacheTypeV: "f32", FullPrecision: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { m.Close() })
-		return m
-	}
+	load := func(s infer.Source) *infer.Model { return loadF32(t, s, 256) }
 	ref := load(ms)
 	klU := meanKL(t, ref, load(quantizedCopy(t, ms, res, false, nil)), held)
 	klW := meanKL(t, ref, load(quantizedCopy(t, ms, res, true, nil)), held)

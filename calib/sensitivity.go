@@ -174,7 +174,7 @@ type sensProbe struct {
 	x        [][]float32
 	klSum    float64
 	embdRows map[int32][]float32 // token_embd probe: the round-tripped rows
-	head     []float32           // output.weight probe: the round-tripped head
+	head     []float32           // the round-tripped head (output.weight's probe; token_embd's when tied)
 }
 
 // sensitivityType is the reference container for a row of cols weights ("" when none).
@@ -324,7 +324,7 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 		}
 	}
 	var probes []*sensProbe
-	var headProbe *sensProbe
+	var tiedEmbd *sensProbe
 	if d, ok := r.descs["token_embd.weight"]; ok && r.probed(d) {
 		p, err := r.embedProbe(d, seqs, all, threads)
 		if err != nil {
@@ -332,7 +332,7 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 		}
 		probes = append(probes, p)
 		if tied {
-			headProbe = p
+			tiedEmbd = p
 		}
 	}
 	for il := 0; il < c.NLayer; il++ {
@@ -402,8 +402,14 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		headProbe = &sensProbe{name: headName, typ: typ, relErr: rel, head: deq}
-		probes = append(probes, headProbe)
+		probes = append(probes, &sensProbe{name: headName, typ: typ, relErr: rel, head: deq})
+	} else if tiedEmbd != nil {
+		// tied embeddings: the embedding's probe also goes through the round-tripped head
+		deq, _, err := r.roundTrip(hd, head, tiedEmbd.typ, nil, threads)
+		if err != nil {
+			return "", err
+		}
+		tiedEmbd.head = deq
 	}
 	norm := make([]float32, E)
 	if d, ok := r.descs["output_norm.weight"]; ok {
@@ -459,10 +465,7 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 					x = p.x[i][t*E : (t+1)*E]
 				}
 				w := head
-				switch {
-				case p == headProbe && tied:
-					w = p.tiedHead(head, r, hd) // the perturbed stream through the perturbed head
-				case p.head != nil:
+				if p.head != nil {
 					w = p.head
 				}
 				infer.RMSNorm(pn, x, norm, eps)
@@ -507,19 +510,6 @@ func removeStale(path string) error {
 		return fmt.Errorf("calib: removing the earlier run's %s: %w", path, err)
 	}
 	return nil
-}
-
-// tiedHead is the round-tripped embedding used as the head of a tied model (built once).
-func (p *sensProbe) tiedHead(head []float32, r *run, d modelsrc.TensorDesc) []float32 {
-	if p.head == nil {
-		deq, _, err := r.roundTrip(d, head, p.typ, nil, r.runner.Threads())
-		if err != nil {
-			p.head = head
-		} else {
-			p.head = deq
-		}
-	}
-	return p.head
 }
 
 // embedProbe starts token_embd's probe: the sample's tokens looked up in the round-tripped

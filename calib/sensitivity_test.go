@@ -42,14 +42,7 @@ func TestSensitivityMatchesWholeModel(t *testing.T) {
 		t.Fatalf("scored %d tokens of %d sequences, want 256 of 2", sens.Tokens, sens.Sequences)
 	}
 	ms := fullSource(t, dir)
-	load := func(s infer.Source) *infer.Model {
-		m, err := infer.Load(s, infer.Options{Threads: 2, CtxSize: 256, CacheTypeK: "f32", CacheTypeV: "f32", FullPrecision: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { m.Close() })
-		return m
-	}
+	load := func(s infer.Source) *infer.Model { return loadF32(t, s, 256) }
 	ref := load(ms)
 	got := map[string]float64{}
 	for _, name := range []string{"blk.0.attn_qkv.weight", "blk.3.attn_q.weight", "blk.1.ffn_up_exps.weight", "token_embd.weight", "output.weight"} {
@@ -77,12 +70,7 @@ func TestSensitivityMatchesWholeModel(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		q := &metaSource{md: ms.md, tensors: map[string]*infer.Tensor{}}
-		for k, v := range ms.tensors {
-			q.tensors[k] = v
-		}
-		q.tensors[name] = &infer.Tensor{Name: name, Type: gguf.TypeF32, Dims: tt.Dims, Data: f32Bytes(deq)}
-		want := meanKL(t, ref, load(q), cal)
+		want := meanKL(t, ref, load(withTensor(ms, name, deq)), cal)
 		got[name] = kl
 		t.Logf("%-26s pass %.6g, whole model %.6g (%.4f)", name, kl, want, kl/want)
 		if !(want > 0) || math.Abs(kl-want) > 0.02*want {
@@ -269,19 +257,8 @@ func TestSensitivityTiedEmbeddings(t *testing.T) {
 	if _, err := quantizeRows(typ, src, rows, cols, nil, 0, "token_embd.weight", nil, deq); err != nil {
 		t.Fatal(err)
 	}
-	q := &metaSource{md: ms.md, tensors: map[string]*infer.Tensor{}}
-	for k, v := range ms.tensors {
-		q.tensors[k] = v
-	}
-	q.tensors["token_embd.weight"] = &infer.Tensor{Name: tt.Name, Type: gguf.TypeF32, Dims: tt.Dims, Data: f32Bytes(deq)}
-	load := func(s infer.Source) *infer.Model {
-		m, err := infer.Load(s, infer.Options{Threads: 2, CtxSize: 64, CacheTypeK: "f32", CacheTypeV: "f32", FullPrecision: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { m.Close() })
-		return m
-	}
+	q := withTensor(ms, "token_embd.weight", deq)
+	load := func(s infer.Source) *infer.Model { return loadF32(t, s, 64) }
 	want := meanKL(t, load(ms), load(q), seqs)
 	t.Logf("tied token_embd: pass %.6g, whole model %.6g", kl, want)
 	if !(want > 0) || math.Abs(kl-want) > 0.02*want {

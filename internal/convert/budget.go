@@ -87,8 +87,8 @@ type budgetOption struct {
 
 type budgetTensor struct {
 	idx  int
-	hull []budgetOption
-	all  []budgetOption // every measured type, hull or not
+	all  []budgetOption // every measured type
+	hull []budgetOption // the lower convex hull of all (after any sensitivity scaling)
 	at   int
 	// refCost is the cost in the sensitivity reference type; scale converts costs to
 	// predicted KL (measured: from this tensor's own measurement).
@@ -106,7 +106,7 @@ func scaleFor(kl, refCost float64) float64 {
 	return max(kl, 1e-12) / refCost
 }
 
-// applySensitivity rescales every tensor's hull to predicted KL; tensors without a
+// applySensitivity rescales every tensor's costs to predicted KL; tensors without a
 // measurement take the median factor of the measured ones. It reports whether any tensor had
 // a measurement (else nothing changes).
 func applySensitivity(free []*budgetTensor) bool {
@@ -125,9 +125,6 @@ func applySensitivity(free []*budgetTensor) bool {
 		f := bt.scale
 		if !bt.measured || f <= 0 {
 			f = med
-		}
-		for k := range bt.hull {
-			bt.hull[k].cost *= f
 		}
 		for k := range bt.all {
 			bt.all[k].cost *= f
@@ -198,6 +195,9 @@ func solveBudget(p *Plan, model policy.Model, ts []policy.Tensor, ds []policy.De
 		if sensitive = applySensitivity(free); !sensitive && len(free) > 0 {
 			p.warn("the measured sensitivities name none of the tensors the budget chooses (another model's calibration?): budget by weight error only")
 		}
+	}
+	for _, bt := range free {
+		bt.hull = lowerHull(bt.all)
 	}
 	used := fixedBytes
 	for _, bt := range free {
@@ -381,7 +381,7 @@ func measureTensor(idx int, t policy.Tensor, read func(r0, n int64, dst []float3
 		}
 		opts2[k] = budgetOption{typ: typ, bytes: rb * rows, cost: errSum[k] / energy * float64(t.Elements())}
 	}
-	bt := &budgetTensor{idx: idx, hull: lowerHull(opts2), all: opts2}
+	bt := &budgetTensor{idx: idx, all: opts2}
 	if ref != gguf.TypeCount {
 		bt.refCost = errSum[nlad] / energy * float64(t.Elements())
 	}
