@@ -11,6 +11,8 @@ package quant
 import (
 	"encoding/binary"
 	"math"
+
+	"github.com/tq-project/tq/quant/kernels"
 )
 
 const groupMaxEps = float32(1e-15)
@@ -360,4 +362,83 @@ func ggmlQpQuants(x []float32, L []uint8, nmax int32, qw []float32) float32 {
 		return sumlx / suml2
 	}
 	return 0
+}
+
+// qkxQuants8 runs ggmlQkxQuants (squared error, no MAD) on the eight n-element sub-blocks
+// x[n·j : n·j+n] with weights w[n·j : n·j+n], j = 0..7: scales[j], mins[j] (negated minimum)
+// and labels L[n·j : n·j+n]. With the assembly kernels it runs the eight searches in SIMD
+// lanes (kernels.QkxSearch8), bit-identical to the scalar loop it replaces.
+func qkxQuants8(s *scratch, x, w []float32, L []uint8, scales, mins *[8]float32, n int, nmax int32,
+	rmin, rdelta float32, nstep int, v3 bool) {
+	if kernels.HasLaneSearch() && nstep >= 1 && nstep < 64 {
+		var num [64]float32
+		fnmax := float32(nmax)
+		for is := 0; is <= nstep; is++ {
+			num[is] = float32(rmin+float32(rdelta*float32(is))) + fnmax
+		}
+		ln := &s.kx
+		for j := 0; j < 8; j++ {
+			for i := 0; i < n; i++ {
+				ln.X[i*8+j] = x[n*j+i]
+				ln.W[i*8+j] = w[n*j+i]
+			}
+		}
+		if kernels.QkxSearch8(ln, n, nmax, num[:nstep+1]) {
+			*scales = ln.Scale
+			*mins = ln.Min
+			for j := 0; j < 8; j++ {
+				for i := 0; i < n; i++ {
+					L[n*j+i] = uint8(ln.L[i*8+j])
+				}
+			}
+			return
+		}
+	}
+	for j := 0; j < 8; j++ {
+		scales[j] = ggmlQkxQuants(x[n*j:n*j+n], w[n*j:n*j+n], L[n*j:n*j+n], s.Laux[:n], &mins[j], nmax, rmin, rdelta, nstep, false, v3)
+	}
+}
+
+// qxQuants8 runs ggmlQxQuants on the eight n-element sub-blocks x[n·j : n·j+n] with weights
+// qw (nil: x²), j = 0..7, into scales[j] and L[n·j : n·j+n]; in SIMD lanes
+// (kernels.QxSearch8) where the assembly kernels run, bit-identical to the scalar loop.
+func qxQuants8(s *scratch, x []float32, L []int8, scales []float32, n int, nmax int32, qw []float32) {
+	if kernels.HasLaneSearch() {
+		var num [18]float32
+		k := 0
+		for is := int32(-9); is <= 9; is++ {
+			if is != 0 {
+				num[k] = -(float32(nmax) + float32(float32(0.1)*float32(is)))
+				k++
+			}
+		}
+		ln := &s.qx
+		for j := 0; j < 8; j++ {
+			for i := 0; i < n; i++ {
+				v := x[n*j+i]
+				ln.X[i*8+j] = v
+				if qw != nil {
+					ln.W[i*8+j] = qw[n*j+i]
+				} else {
+					ln.W[i*8+j] = v * v
+				}
+			}
+		}
+		if kernels.QxSearch8(ln, n, nmax, num[:]) {
+			copy(scales[:8], ln.Scale[:])
+			for j := 0; j < 8; j++ {
+				for i := 0; i < n; i++ {
+					L[n*j+i] = int8(ln.L[i*8+j])
+				}
+			}
+			return
+		}
+	}
+	for j := 0; j < 8; j++ {
+		var w []float32
+		if qw != nil {
+			w = qw[n*j : n*j+n]
+		}
+		scales[j] = ggmlQxQuants(x[n*j:n*j+n], L[n*j:n*j+n], nmax, w)
+	}
 }

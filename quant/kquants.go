@@ -400,7 +400,7 @@ func dequantQ3K(y []float32, b []byte) {
 func quantRowQ45KRef(dst []byte, x []float32, s *scratch, nmax int32) {
 	var scales, mins [8]float32
 	L := s.Lu[:QK_K]
-	w := s.w[:32]
+	w := s.w[:QK_K]
 	bs := sizeQ4_K
 	rmin, nstep := float32(-1), 20
 	if nmax == 31 {
@@ -419,9 +419,11 @@ func quantRowQ45KRef(dst []byte, x []float32, s *scratch, nmax int32) {
 			}
 			avx := sqrtf(sumx2 / 32)
 			for l, v := range xs {
-				w[l] = avx + fabs(v)
+				w[32*j+l] = avx + fabs(v)
 			}
-			scales[j] = ggmlQkxQuants(xs, w, L[32*j:32*j+32], s.Laux[:32], &mins[j], nmax, rmin, 0.1, nstep, false, false)
+		}
+		qkxQuants8(s, xb, w, L, &scales, &mins, 32, nmax, rmin, 0.1, nstep, false)
+		for j := 0; j < 8; j++ {
 			if scales[j] > maxScale {
 				maxScale = scales[j]
 			}
@@ -469,7 +471,7 @@ func quantRowQ45KImp(dst []byte, x, qw []float32, s *scratch, nmax int32) {
 	var scales, mins, sw [8]float32
 	var Ls, Lm [8]uint8
 	L := s.Lu[:QK_K]
-	w := s.w[:32]
+	w := s.w[:QK_K]
 	bs := sizeQ4_K
 	if nmax == 31 {
 		bs = sizeQ5_K
@@ -484,14 +486,15 @@ func quantRowQ45KImp(dst []byte, x, qw []float32, s *scratch, nmax int32) {
 		sigma2 := float32(2 * sumx2 / QK_K)
 		for j := 0; j < 8; j++ {
 			xs := xb[32*j : 32*j+32]
-			imatrixWeights(w, xs, qw[QK_K*ib+32*j:], sigma2)
+			wj := w[32*j : 32*j+32]
+			imatrixWeights(wj, xs, qw[QK_K*ib+32*j:], sigma2)
 			var sumw float32
-			for _, v := range w {
+			for _, v := range wj {
 				sumw += v
 			}
 			sw[j] = sumw
-			scales[j] = ggmlQkxQuants(xs, w, L[32*j:32*j+32], s.Laux[:32], &mins[j], nmax, -0.9, 0.05, 36, false, true)
 		}
+		qkxQuants8(s, xb, w, L, &scales, &mins, 32, nmax, -0.9, 0.05, 36, true)
 		dBlock := ggmlQpQuants(scales[:], Ls[:], 63, sw[:])
 		mBlock := ggmlQpQuants(mins[:], Lm[:], 63, sw[:])
 		if nmax == 31 { // only the Q5_K impl clamps here
@@ -564,12 +567,14 @@ func quantRowQ6K(dst []byte, x, qw []float32, s *scratch) {
 		xb := x[QK_K*ib : QK_K*ib+QK_K]
 		yb := dst[sizeQ6_K*ib : sizeQ6_K*ib+sizeQ6_K]
 		var maxScale, maxAbs float32
-		for j := 0; j < 16; j++ {
+		for h := 0; h < 2; h++ {
 			var w []float32
 			if qw != nil {
-				w = qw[QK_K*ib+16*j : QK_K*ib+16*j+16]
+				w = qw[QK_K*ib+128*h : QK_K*ib+128*h+128]
 			}
-			scales[j] = ggmlQxQuants(xb[16*j:16*j+16], Li[16*j:16*j+16], 32, w)
+			qxQuants8(s, xb[128*h:128*h+128], Li[128*h:128*h+128], scales[8*h:8*h+8], 16, 32, w)
+		}
+		for j := 0; j < 16; j++ {
 			if a := fabs(scales[j]); a > maxAbs {
 				maxAbs = a
 				maxScale = scales[j]

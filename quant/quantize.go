@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/quant/kernels"
 )
 
 // Mode selects the quantization algorithm.
@@ -60,6 +61,8 @@ type scratch struct {
 	Lu   [QK_K]uint8
 	Laux [32]uint8
 	imp  impScratch
+	kx   kernels.QkxLanes // lane-parallel searches (qkxQuants8, qxQuants8)
+	qx   kernels.QxLanes
 }
 
 type rowFunc func(dst []byte, x, qw []float32, s *scratch)

@@ -65,3 +65,11 @@ func packB16AVX2(dst, b *float32, ldb, kc8 int)
 //
 //go:noescape
 func sumBytesAVX2(p *byte, n int) uint64
+
+// The lane-parallel K-quant searches (search_amd64.s, search.go).
+//
+//go:noescape
+func qkxSearch8AVX2(s *QkxLanes, nmax int32, num *float32, nnum int, n int)
+
+//go:noescape
+func qxSearch8AVX2(s *QxLanes, nmax int32, num *float32, nnum int, n int)

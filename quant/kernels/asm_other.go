@@ -29,3 +29,6 @@ func swigluAVX2(y, x, gt *float32, n int)                      { panic(noAsm) }
 
 func axpyFMAAVX2(y *float32, a float32, x *float32, n int) { panic(noAsm) }
 func scaleF32AVX2(y *float32, a float32, n int)            { panic(noAsm) }
+
+func qkxSearch8AVX2(s *QkxLanes, nmax int32, num *float32, nnum int, n int) { panic(noAsm) }
+func qxSearch8AVX2(s *QxLanes, nmax int32, num *float32, nnum int, n int)   { panic(noAsm) }

@@ -1,0 +1,73 @@
+package kernels
+
+// Lane-parallel K-quant scale searches. ggml's make_qkx2_quants / make_qkx3_quants (the
+// asymmetric scale-and-min search of Q4_K, Q5_K, Q2_K, Q4_1 and Q5_1) and make_qx_quants (the
+// symmetric search of Q6_K, Q3_K and the imatrix Q4_0/Q5_0) run one sub-block at a time, each
+// a chain of float32 sums whose order fixes the result, so vectorising one search would
+// change the bytes. The kernels here run eight independent searches side by side, one per
+// SIMD lane: lane j performs exactly the scalar operations of sub-block j, in the same order
+// and with one rounding each, so every lane's result is bit-identical to the scalar search.
+// quant's ggmlQkxQuants / ggmlQxQuants are the pure-Go twins; quant's tests compare the two
+// paths on every type that uses them.
+
+// QkxLanes is the state of QkxSearch8: inputs X and W transposed (element i of sub-block j
+// at [i·8+j]), scratch, and the outputs Scale, Min (the negated minimum, as ggml returns
+// it) and L (the labels 0..nmax, transposed like X).
+type QkxLanes struct {
+	X, W  [256]float32
+	fl    [256]float32 // labels of the current step, as float
+	sumW  [8]float32
+	sumX  [8]float32
+	best  [8]float32 // best weighted error so far
+	scale [8]float32
+	bIs   [8]float32 // iscale of the best labels
+	bMin  [8]float32 // minimum the best labels were rounded against
+	max   [8]float32
+	min0  [8]float32 // minimum of a degenerate lane (max == min)
+	deg   [8]float32 // all ones where max == min
+	Scale [8]float32
+	Min   [8]float32
+	L     [256]int32
+}
+
+// HasLaneSearch reports whether QkxSearch8 and QxSearch8 run (the AVX2 assembly is in use).
+func HasLaneSearch() bool { return useAsm() }
+
+// QkxSearch8 runs make_qkx2_quants (weights given, squared error, no MAD) on the eight
+// n-element sub-blocks (n ≤ 32) in s.X with weights s.W: labels 0..nmax, and the search's
+// iscale numerators num[k] = (rmin + rdelta·k) + nmax for k = 0..nstep, which the caller
+// computes in float32 as ggml does. make_qkx3_quants differs only in its degenerate-case
+// test, which gives the same result. It reports false, doing nothing, when the assembly is
+// not in use.
+func QkxSearch8(s *QkxLanes, n int, nmax int32, num []float32) bool {
+	if !useAsm() || len(num) == 0 || n < 1 || n > 32 {
+		return false
+	}
+	qkxSearch8AVX2(s, nmax, &num[0], len(num), n)
+	return true
+}
+
+// QxLanes is the state of QxSearch8 (make_qx_quants, rmse_type 1): inputs X and W
+// transposed like QkxLanes, outputs Scale and L (labels l + nmax in 0..2·nmax−1, transposed).
+type QxLanes struct {
+	X, W  [256]float32
+	max   [8]float32 // signed value of the first largest |x|
+	bIs   [8]float32 // iscale of the best labels
+	best  [8]float32
+	deg   [8]float32 // all ones where max|x| < 1e-15
+	Scale [8]float32
+	L     [256]int32
+}
+
+// QxSearch8 runs make_qx_quants(n, nmax, x, L, rmse_type = 1, weights) on the eight
+// n-element sub-blocks (n ≤ 32) in s.X with weights s.W (the caller writes x² for ggml's
+// unweighted case), with the iscale numerators num[k] = −(nmax + 0.1·is) for is = −9..9,
+// is ≠ 0, computed in float32 as ggml does. It reports false, doing nothing, when the
+// assembly is not in use.
+func QxSearch8(s *QxLanes, n int, nmax int32, num []float32) bool {
+	if !useAsm() || len(num) == 0 || n < 1 || n > 32 {
+		return false
+	}
+	qxSearch8AVX2(s, nmax, &num[0], len(num), n)
+	return true
+}

@@ -1,0 +1,347 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// Lane-parallel K-quant scale searches (search.go). Each of the 8 lanes runs one
+// sub-block's scalar search: the same float32 operations, one rounding each (no FMA), in
+// the same order as quant's ggmlQkxQuants / ggmlQxQuants. Go's three-operand AVX syntax
+// is Intel's reversed: VSUBPS a, b, d is d = b - a; VCMPPS $p, a, b, d is d = b p a;
+// VBLENDVPS m, t, f, d is d = m ? t : f.
+
+// ggml's nearest_int (x + 1.5·2^23, low mantissa bits, minus 2^22), then the clamp.
+#define NEAREST(r, lo, hi) \
+	VADDPS  Y15, r, r \
+	VPAND   Y14, r, r \
+	VPSUBD  Y13, r, r \
+	VPMAXSD lo, r, r  \
+	VPMINSD hi, r, r
+
+#define BCAST(val, x, y) \
+	MOVL         val, R8 \
+	VMOVD        R8, x   \
+	VPBROADCASTD x, y
+
+// QkxLanes field offsets (search.go; TestLaneStateLayout checks them).
+#define KX 0
+#define KW 1024
+#define KFL 2048
+#define KSUMW 3072
+#define KSUMX 3104
+#define KBEST 3136
+#define KSCALE 3168
+#define KBIS 3200
+#define KBMIN 3232
+#define KMAX 3264
+#define KMIN0 3296
+#define KDEG 3328
+#define KOSCALE 3360
+#define KOMIN 3392
+#define KL 3424
+
+// func qkxSearch8AVX2(s *QkxLanes, nmax int32, num *float32, nnum int, n int)
+TEXT ·qkxSearch8AVX2(SB), NOSPLIT, $0-40
+	MOVQ s+0(FP), DI
+	MOVL nmax+8(FP), AX
+	MOVQ num+16(FP), SI
+	MOVQ nnum+24(FP), CX
+	MOVQ n+32(FP), DX
+	SHLQ $5, DX                       // bytes of one transposed input
+	BCAST($0x4b400000, X15, Y15)      // 1.5·2^23
+	BCAST($0x007fffff, X14, Y14)
+	BCAST($0x00400000, X13, Y13)
+	VMOVD        AX, X12
+	VPBROADCASTD X12, Y12             // nmax (int32)
+	VXORPS       Y11, Y11, Y11        // 0
+
+	// min, max, sumW = Σw, sumX = Σw·x
+	VMOVUPS KX(DI), Y0
+	VMOVAPS Y0, Y1
+	VMOVUPS KW(DI), Y2
+	VMULPS  Y0, Y2, Y3
+	MOVQ    $32, BX
+
+kxStats:
+	CMPQ    BX, DX
+	JAE     kxStatsDone
+	VMOVUPS KX(DI)(BX*1), Y4
+	VMOVUPS KW(DI)(BX*1), Y5
+	VMINPS  Y0, Y4, Y0                // v < min ? v : min
+	VMAXPS  Y1, Y4, Y1                // v > max ? v : max
+	VADDPS  Y5, Y2, Y2
+	VMULPS  Y4, Y5, Y6
+	VADDPS  Y6, Y3, Y3
+	ADDQ    $32, BX
+	JMP     kxStats
+
+kxStatsDone:
+	VMINPS  Y0, Y11, Y0               // min > 0 ? 0 : min
+	VMOVUPS Y2, KSUMW(DI)
+	VMOVUPS Y3, KSUMX(DI)
+	VMOVUPS Y1, KMAX(DI)
+	VMOVUPS Y0, KMIN0(DI)
+	VCMPPS  $0, Y0, Y1, Y4            // max == min: degenerate lane
+	VMOVUPS Y4, KDEG(DI)
+
+	// first labels at iscale = nmax/(max-min), scale = 1/iscale
+	VSUBPS       Y0, Y1, Y5
+	VCVTDQ2PS    Y12, Y6
+	VDIVPS       Y5, Y6, Y8
+	BCAST($0x3f800000, X7, Y7)
+	VDIVPS       Y8, Y7, Y7
+	VMOVUPS      Y7, KSCALE(DI)
+	VMOVUPS      Y8, KBIS(DI)
+	VMOVUPS      Y0, KBMIN(DI)
+	VXORPS       Y9, Y9, Y9
+	XORQ         BX, BX
+
+kxFirst:
+	VMOVUPS   KX(DI)(BX*1), Y4
+	VSUBPS    Y0, Y4, Y5
+	VMULPS    Y5, Y8, Y5
+	NEAREST(Y5, Y11, Y12)
+	VCVTDQ2PS Y5, Y5
+	VMULPS    Y5, Y7, Y5              // scale·l
+	VADDPS    Y0, Y5, Y5              // + min
+	VSUBPS    Y4, Y5, Y5              // − x
+	VMULPS    Y5, Y5, Y5
+	VMULPS    KW(DI)(BX*1), Y5, Y5
+	VADDPS    Y5, Y9, Y9
+	ADDQ      $32, BX
+	CMPQ      BX, DX
+	JB        kxFirst
+	VMOVUPS   Y9, KBEST(DI)
+	XORQ      R9, R9
+
+kxStep:
+	CMPQ          R9, CX
+	JAE           kxDone
+	VBROADCASTSS  (SI)(R9*4), Y6
+	VMOVUPS       KMAX(DI), Y5
+	VSUBPS        Y0, Y5, Y5
+	VDIVPS        Y5, Y6, Y8          // iscale = num/(max-min)
+	VXORPS        Y9, Y9, Y9          // sumL
+	VXORPS        Y10, Y10, Y10       // sumL2
+	VXORPS        Y1, Y1, Y1          // sumXL
+	XORQ          BX, BX
+
+kxSums:
+	VMOVUPS   KX(DI)(BX*1), Y4
+	VSUBPS    Y0, Y4, Y5
+	VMULPS    Y5, Y8, Y5
+	NEAREST(Y5, Y11, Y12)
+	VCVTDQ2PS Y5, Y5
+	VMOVUPS   Y5, KFL(DI)(BX*1)
+	VMULPS    KW(DI)(BX*1), Y5, Y6    // w·l
+	VADDPS    Y6, Y9, Y9
+	VMULPS    Y5, Y6, Y7
+	VADDPS    Y7, Y10, Y10
+	VMULPS    Y4, Y6, Y7
+	VADDPS    Y7, Y1, Y1
+	ADDQ      $32, BX
+	CMPQ      BX, DX
+	JB        kxSums
+
+	VMOVUPS KSUMW(DI), Y2
+	VMOVUPS KSUMX(DI), Y3
+	VMULPS  Y10, Y2, Y4
+	VMULPS  Y9, Y9, Y5
+	VSUBPS  Y5, Y4, Y4                // D = sumW·sumL2 − sumL·sumL
+	VMULPS  Y1, Y2, Y5
+	VMULPS  Y9, Y3, Y6
+	VSUBPS  Y6, Y5, Y5
+	VDIVPS  Y4, Y5, Y5                // thisScale = (sumW·sumXL − sumX·sumL)/D
+	VMULPS  Y3, Y10, Y6
+	VMULPS  Y1, Y9, Y7
+	VSUBPS  Y7, Y6, Y6
+	VDIVPS  Y4, Y6, Y6                // thisMin = (sumL2·sumX − sumL·sumXL)/D
+	VCMPPS  $0x0e, Y11, Y6, Y7        // thisMin > 0
+	VDIVPS  Y10, Y1, Y2
+	VBLENDVPS Y7, Y2, Y5, Y5          // then thisScale = sumXL/sumL2
+	VBLENDVPS Y7, Y11, Y6, Y6         // and thisMin = 0
+	VXORPS  Y9, Y9, Y9
+	XORQ    BX, BX
+
+kxErr:
+	VMOVUPS KFL(DI)(BX*1), Y2
+	VMULPS  Y2, Y5, Y2
+	VADDPS  Y6, Y2, Y2
+	VSUBPS  KX(DI)(BX*1), Y2, Y2
+	VMULPS  Y2, Y2, Y2
+	VMULPS  KW(DI)(BX*1), Y2, Y2
+	VADDPS  Y2, Y9, Y9
+	ADDQ    $32, BX
+	CMPQ    BX, DX
+	JB      kxErr
+
+	VCMPPS    $0x0e, Y11, Y4, Y4      // D > 0
+	VMOVUPS   KBEST(DI), Y3
+	VCMPPS    $1, Y3, Y9, Y7          // cur < best
+	VANDPS    Y7, Y4, Y4
+	VBLENDVPS Y4, Y9, Y3, Y3
+	VMOVUPS   Y3, KBEST(DI)
+	VMOVUPS   KSCALE(DI), Y3
+	VBLENDVPS Y4, Y5, Y3, Y3
+	VMOVUPS   Y3, KSCALE(DI)
+	VMOVUPS   KBIS(DI), Y3
+	VBLENDVPS Y4, Y8, Y3, Y3
+	VMOVUPS   Y3, KBIS(DI)
+	VMOVUPS   KBMIN(DI), Y3
+	VBLENDVPS Y4, Y0, Y3, Y3          // the minimum these labels were rounded against
+	VMOVUPS   Y3, KBMIN(DI)
+	VBLENDVPS Y4, Y6, Y0, Y0
+	INCQ      R9
+	JMP       kxStep
+
+kxDone:
+	VMOVUPS   KDEG(DI), Y4
+	VMOVUPS   KSCALE(DI), Y3
+	VBLENDVPS Y4, Y11, Y3, Y3
+	VMOVUPS   Y3, KOSCALE(DI)
+	VMOVUPS   KMIN0(DI), Y3
+	VBLENDVPS Y4, Y3, Y0, Y0
+	BCAST($0x80000000, X5, Y5)
+	VXORPS    Y5, Y0, Y0
+	VMOVUPS   Y0, KOMIN(DI)
+	VMOVUPS   KBIS(DI), Y8
+	VMOVUPS   KBMIN(DI), Y7
+	XORQ      BX, BX
+
+kxLabels:
+	VMOVUPS KX(DI)(BX*1), Y5
+	VSUBPS  Y7, Y5, Y5
+	VMULPS  Y5, Y8, Y5
+	NEAREST(Y5, Y11, Y12)
+	VANDNPS Y5, Y4, Y5
+	VMOVUPS Y5, KL(DI)(BX*1)
+	ADDQ    $32, BX
+	CMPQ    BX, DX
+	JB      kxLabels
+	VZEROUPPER
+	RET
+
+// QxLanes field offsets.
+#define QX 0
+#define QW 1024
+#define QMAX 2048
+#define QBIS 2080
+#define QBEST 2112
+#define QDEG 2144
+#define QOSCALE 2176
+#define QL 2208
+
+// Σ w·x·l and Σ w·l·l of the labels at iscale Y3 into Y1 and Y2 (clobbers Y4-Y7, BX).
+#define QXSUMS(loop) \
+	VXORPS    Y1, Y1, Y1           \
+	VXORPS    Y2, Y2, Y2           \
+	XORQ      BX, BX               \
+loop:                              \
+	VMOVUPS   QX(DI)(BX*1), Y4     \
+	VMULPS    Y4, Y3, Y5           \
+	NEAREST(Y5, Y12, Y11)          \
+	VCVTDQ2PS Y5, Y5               \
+	VMOVUPS   QW(DI)(BX*1), Y6     \
+	VMULPS    Y4, Y6, Y7           \
+	VMULPS    Y5, Y7, Y7           \
+	VADDPS    Y7, Y1, Y1           \
+	VMULPS    Y5, Y6, Y7           \
+	VMULPS    Y5, Y7, Y7           \
+	VADDPS    Y7, Y2, Y2           \
+	ADDQ      $32, BX              \
+	CMPQ      BX, DX               \
+	JB        loop
+
+// func qxSearch8AVX2(s *QxLanes, nmax int32, num *float32, nnum int, n int)
+TEXT ·qxSearch8AVX2(SB), NOSPLIT, $0-40
+	MOVQ s+0(FP), DI
+	MOVL nmax+8(FP), AX
+	MOVQ num+16(FP), SI
+	MOVQ nnum+24(FP), CX
+	MOVQ n+32(FP), DX
+	SHLQ $5, DX
+	BCAST($0x4b400000, X15, Y15)
+	BCAST($0x007fffff, X14, Y14)
+	BCAST($0x00400000, X13, Y13)
+	MOVL         AX, R8
+	NEGL         R8
+	VMOVD        R8, X12
+	VPBROADCASTD X12, Y12             // −nmax
+	LEAL         -1(AX), R8
+	VMOVD        R8, X11
+	VPBROADCASTD X11, Y11             // nmax − 1
+	BCAST($0x7fffffff, X10, Y10)
+
+	// the first element with the largest |x| (strictly greater replaces)
+	VXORPS Y0, Y0, Y0                 // max (signed)
+	VXORPS Y1, Y1, Y1                 // amax
+	XORQ   BX, BX
+
+qxMax:
+	VMOVUPS   QX(DI)(BX*1), Y4
+	VANDPS    Y10, Y4, Y5
+	VCMPPS    $0x0e, Y1, Y5, Y6       // |x| > amax
+	VBLENDVPS Y6, Y5, Y1, Y1
+	VBLENDVPS Y6, Y4, Y0, Y0
+	ADDQ      $32, BX
+	CMPQ      BX, DX
+	JB        qxMax
+	VMOVUPS   Y0, QMAX(DI)
+	BCAST($0x26901d7d, X5, Y5)        // 1e-15
+	VCMPPS    $1, Y5, Y1, Y6          // amax < 1e-15: degenerate lane
+	VMOVUPS   Y6, QDEG(DI)
+
+	// first labels at iscale = −nmax/max
+	VCVTDQ2PS Y12, Y4
+	VDIVPS    Y0, Y4, Y3
+	VMOVUPS   Y3, QBIS(DI)
+	QXSUMS(qxFirst)
+	VXORPS    Y10, Y10, Y10
+	VCMPPS    $4, Y10, Y2, Y6         // suml2 != 0
+	VDIVPS    Y2, Y1, Y8
+	VANDPS    Y6, Y8, Y8              // scale = suml2 != 0 ? sumlx/suml2 : 0
+	VMULPS    Y1, Y8, Y9              // best = scale·sumlx
+	XORQ      R9, R9
+
+qxStep:
+	CMPQ         R9, CX
+	JAE          qxDone
+	VBROADCASTSS (SI)(R9*4), Y4
+	VMOVUPS      QMAX(DI), Y0
+	VDIVPS       Y0, Y4, Y3           // iscale = num/max
+	QXSUMS(qxSums)
+	VXORPS       Y10, Y10, Y10
+	VCMPPS       $0x0e, Y10, Y2, Y4   // suml2 > 0
+	VMULPS       Y1, Y1, Y5
+	VMULPS       Y2, Y9, Y6
+	VCMPPS       $0x0e, Y6, Y5, Y7    // sumlx·sumlx > best·suml2
+	VANDPS       Y7, Y4, Y4
+	VDIVPS       Y2, Y1, Y5
+	VMULPS       Y1, Y5, Y6
+	VBLENDVPS    Y4, Y5, Y8, Y8
+	VBLENDVPS    Y4, Y6, Y9, Y9
+	VMOVUPS      QBIS(DI), Y5
+	VBLENDVPS    Y4, Y3, Y5, Y5
+	VMOVUPS      Y5, QBIS(DI)
+	INCQ         R9
+	JMP          qxStep
+
+qxDone:
+	VMOVUPS   QDEG(DI), Y4
+	VXORPS    Y10, Y10, Y10
+	VBLENDVPS Y4, Y10, Y8, Y8
+	VMOVUPS   Y8, QOSCALE(DI)
+	VMOVUPS   QBIS(DI), Y3
+	VPSUBD    Y12, Y10, Y9            // nmax
+	XORQ      BX, BX
+
+qxLabels:
+	VMOVUPS QX(DI)(BX*1), Y5
+	VMULPS  Y5, Y3, Y5
+	NEAREST(Y5, Y12, Y11)
+	VPADDD  Y9, Y5, Y5
+	VANDNPS Y5, Y4, Y5
+	VMOVUPS Y5, QL(DI)(BX*1)
+	ADDQ    $32, BX
+	CMPQ    BX, DX
+	JB      qxLabels
+	VZEROUPPER
+	RET
