@@ -64,7 +64,7 @@ func TestLaneSearchMatchesScalar(t *testing.T) {
 	}
 	defer kernels.SetPureGo(false)
 	const ncols = 1024
-	types := []gguf.GGMLType{gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K}
+	types := []gguf.GGMLType{gguf.TypeQ8_0, gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K}
 	for _, ds := range laneCases(ncols) {
 		im := importanceFor(ds.x, ncols, 5)
 		im[17] = 0 // a zero importance column

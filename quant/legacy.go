@@ -12,6 +12,8 @@ package quant
 import (
 	"encoding/binary"
 	"math"
+
+	"github.com/tq-project/tq/quant/kernels"
 )
 
 // truncI32 converts like C's float->int cast on x86-64 (cvttss2si): truncation
@@ -133,6 +135,9 @@ func quantRowQ5_1Ref(dst []byte, x []float32) {
 func roundHalfAway(v float32) float32 { return float32(math.Round(float64(v))) }
 
 func quantRowQ8_0Ref(dst []byte, x []float32) {
+	if kernels.QuantizeRowQ8_0Ref(dst, x) {
+		return
+	}
 	for ib := 0; ib < len(x)/32; ib++ {
 		xb := x[32*ib : 32*ib+32]
 		yb := dst[sizeQ8_0*ib : sizeQ8_0*ib+sizeQ8_0]

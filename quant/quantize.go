@@ -111,10 +111,8 @@ func Quantize(t gguf.GGMLType, dst []byte, src []float32, nrows, ncols int, opts
 	return parallelRows(nrows, ncols, threads, func(r0, r1 int, s *scratch) error {
 		for r := r0; r < r1; r++ {
 			x := src[r*ncols : (r+1)*ncols]
-			for c, v := range x {
-				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-					return fmt.Errorf("quant: tensor %q: row %d, column %d: value %v is not finite", name, r, c, v)
-				}
+			if c := kernels.FirstNonFinite(x); c >= 0 {
+				return fmt.Errorf("quant: tensor %q: row %d, column %d: value %v is not finite", name, r, c, x[c])
 			}
 			row := dst[r*rs : (r+1)*rs]
 			f(row, x, qw, s)

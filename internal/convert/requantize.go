@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/tq-project/tq/quant/kernels"
 	"io"
 	"math"
 	"strings"
@@ -228,22 +229,16 @@ func ggufReader(m *gguf.Model, mt gguf.ModelTensor) func(r0, n int64, dst []floa
 				dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(buf[4*i:]))
 			}
 		case gguf.TypeF16:
-			for i := range dst {
-				dst[i] = quant.FP16ToFP32(binary.LittleEndian.Uint16(buf[2*i:]))
-			}
+			kernels.WidenF16(dst, buf)
 		case gguf.TypeBF16:
-			for i := range dst {
-				dst[i] = quant.BF16ToFP32(binary.LittleEndian.Uint16(buf[2*i:]))
-			}
+			kernels.WidenBF16(dst, buf)
 		default:
 			if err := quant.Dequantize(mt.Type, dst, buf); err != nil {
 				return fmt.Errorf("tensor %s: %w", mt.Name, err)
 			}
 		}
-		for i, v := range dst {
-			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-				return &modelsrc.BadValueError{Tensor: mt.Name, Row: r0 + int64(i)/cols, Col: int64(i) % cols, Value: v}
-			}
+		if i := kernels.FirstNonFinite(dst); i >= 0 {
+			return &modelsrc.BadValueError{Tensor: mt.Name, Row: r0 + int64(i)/cols, Col: int64(i) % cols, Value: dst[i]}
 		}
 		return nil
 	}

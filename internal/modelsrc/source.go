@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/tq-project/tq/internal/safetensors"
+	"github.com/tq-project/tq/quant/kernels"
 )
 
 // decodeFloats converts little-endian elements of a floating-point dtype to float32.
@@ -294,11 +295,9 @@ func (p *tensorPlan) read(r0, n int64, dst []float32) error {
 			dst[i] = v
 		}
 	}
-	for i, v := range dst {
-		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			row := r0 + int64(i)/p.cols
-			return &BadValueError{Tensor: p.name, Source: p.sourceOf(row), Row: row, Col: int64(i) % p.cols, Value: v}
-		}
+	if i := kernels.FirstNonFinite(dst); i >= 0 {
+		row := r0 + int64(i)/p.cols
+		return &BadValueError{Tensor: p.name, Source: p.sourceOf(row), Row: row, Col: int64(i) % p.cols, Value: dst[i]}
 	}
 	return nil
 }

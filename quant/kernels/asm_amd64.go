@@ -73,3 +73,14 @@ func qkxSearch8AVX2(s *QkxLanes, nmax int32, num *float32, nnum int, n int)
 
 //go:noescape
 func qxSearch8AVX2(s *QxLanes, nmax int32, num *float32, nnum int, n int)
+
+// Row widening (float_amd64.s); n is a positive multiple of 8.
+//
+//go:noescape
+func widenF16AVX2(dst *float32, src *byte, n int)
+
+//go:noescape
+func widenBF16AVX2(dst *float32, src *byte, n int)
+
+//go:noescape
+func quantizeQ8_0RefAVX2(dst *byte, x *float32, nb int)

@@ -239,3 +239,36 @@ sumdone:
 	MOVQ         AX, ret+16(FP)
 	VZEROUPPER
 	RET
+
+// func widenF16AVX2(dst *float32, src *byte, n int)   (n a multiple of 8)
+TEXT ·widenF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	XORQ AX, AX
+
+widenF16Loop:
+	VCVTPH2PS (SI)(AX*2), Y0
+	VMOVUPS   Y0, (DI)(AX*4)
+	ADDQ      $8, AX
+	CMPQ      AX, CX
+	JB        widenF16Loop
+	VZEROUPPER
+	RET
+
+// func widenBF16AVX2(dst *float32, src *byte, n int)   (n a multiple of 8)
+TEXT ·widenBF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	XORQ AX, AX
+
+widenBF16Loop:
+	VPMOVZXWD (SI)(AX*2), Y0
+	VPSLLD    $16, Y0, Y0
+	VMOVUPS   Y0, (DI)(AX*4)
+	ADDQ      $8, AX
+	CMPQ      AX, CX
+	JB        widenBF16Loop
+	VZEROUPPER
+	RET

@@ -16,6 +16,9 @@ GLOBL fm127<>(SB), RODATA|NOPTR, $4
 DATA fone<>+0(SB)/4, $0x3f800000 // 1.0
 GLOBL fone<>(SB), RODATA|NOPTR, $4
 
+DATA fhalf<>+0(SB)/4, $0x3f000000 // 0.5
+GLOBL fhalf<>(SB), RODATA|NOPTR, $4
+
 // Dword permutation that undoes the lane interleave of VPACKSSDW+VPACKSSWB.
 DATA packperm<>+0(SB)/4, $0
 DATA packperm<>+4(SB)/4, $4
@@ -48,6 +51,22 @@ GLOBL ones16<>(SB), RODATA|NOPTR, $2
 	VROUNDPS  $0, Y1, Y1 \
 	VROUNDPS  $0, Y2, Y2 \
 	VROUNDPS  $0, Y3, Y3 \
+	PACKINT32
+
+// Round r half away from zero, exactly as C's roundf: t = trunc(r); t += sign(r) when
+// |r − t| ≥ 0.5 (r − t is exact). Needs Y15 = abs mask, Y11 = 0.5, Y10 = 1.0; clobbers t1, t2.
+#define ROUNDAWAY(r, t1, t2) \
+	VROUNDPS $3, r, t1     \
+	VSUBPS   t1, r, t2     \
+	VANDPS   Y15, t2, t2   \
+	VCMPPS   $0x1d, Y11, t2, t2 \
+	VANDNPS  r, Y15, r     \
+	VORPS    Y10, r, r     \
+	VANDPS   t2, r, r      \
+	VADDPS   t1, r, r
+
+// The packing half of PACK32 (Y0..Y3 hold integral floats).
+#define PACKINT32 \
 	VCVTPS2DQ Y0, Y0     \
 	VCVTPS2DQ Y1, Y1     \
 	VCVTPS2DQ Y2, Y2     \
@@ -56,6 +75,62 @@ GLOBL ones16<>(SB), RODATA|NOPTR, $2
 	VPACKSSDW Y3, Y2, Y2 \
 	VPACKSSWB Y2, Y0, Y0 \
 	VPERMD    Y0, Y13, Y0
+
+// Load a 32-float block at SI into Y0..Y3 and its max |x| into X4[0] (clobbers Y5).
+#define AMAX32 \
+	VMOVUPS 0(SI), Y0   \
+	VMOVUPS 32(SI), Y1  \
+	VMOVUPS 64(SI), Y2  \
+	VMOVUPS 96(SI), Y3  \
+	VANDPS  Y15, Y0, Y4 \
+	VANDPS  Y15, Y1, Y5 \
+	VMAXPS  Y5, Y4, Y4  \
+	VANDPS  Y15, Y2, Y5 \
+	VMAXPS  Y5, Y4, Y4  \
+	VANDPS  Y15, Y3, Y5 \
+	VMAXPS  Y5, Y4, Y4  \
+	HMAX4
+
+// func quantizeQ8_0RefAVX2(dst *byte, x *float32, nb int)
+// quantize_row_q8_0_ref: d = amax/127 (stored as fp16), id = d != 0 ? 1/d : 0 from the
+// float32 d, q = roundf(x·id) (half away from zero). The caller guarantees finite input.
+TEXT ·quantizeQ8_0RefAVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ nb+16(FP), CX
+	VBROADCASTSS absmask<>(SB), Y15
+	VMOVSS       f127<>(SB), X14
+	VMOVDQU      packperm<>(SB), Y13
+	VXORPS       X12, X12, X12
+	VBROADCASTSS fone<>(SB), Y10
+	VBROADCASTSS fhalf<>(SB), Y11
+
+q80rloop:
+	AMAX32
+	VDIVSS       X14, X4, X5          // d = amax/127
+	VCVTPS2PH    $0, X5, X6
+	VMOVD        X6, AX
+	MOVW         AX, 0(DI)
+	VDIVSS       X5, X10, X6          // id = 1/d
+	VCMPSS       $4, X12, X5, X7      // d != 0
+	VANDPS       X7, X6, X6
+	VBROADCASTSS X6, Y6
+	VMULPS       Y6, Y0, Y0
+	VMULPS       Y6, Y1, Y1
+	VMULPS       Y6, Y2, Y2
+	VMULPS       Y6, Y3, Y3
+	ROUNDAWAY(Y0, Y7, Y8)
+	ROUNDAWAY(Y1, Y7, Y8)
+	ROUNDAWAY(Y2, Y7, Y8)
+	ROUNDAWAY(Y3, Y7, Y8)
+	PACKINT32
+	VMOVDQU      Y0, 2(DI)
+	ADDQ         $128, SI
+	ADDQ         $34, DI
+	DECQ         CX
+	JNZ          q80rloop
+	VZEROUPPER
+	RET
 
 // func quantizeQ8_0AVX2(dst *byte, x *float32, nb int)
 TEXT ·quantizeQ8_0AVX2(SB), NOSPLIT, $0-24
@@ -68,18 +143,7 @@ TEXT ·quantizeQ8_0AVX2(SB), NOSPLIT, $0-24
 	VXORPS       X12, X12, X12
 
 q80loop:
-	VMOVUPS 0(SI), Y0
-	VMOVUPS 32(SI), Y1
-	VMOVUPS 64(SI), Y2
-	VMOVUPS 96(SI), Y3
-	VANDPS  Y15, Y0, Y4
-	VANDPS  Y15, Y1, Y5
-	VMAXPS  Y5, Y4, Y4
-	VANDPS  Y15, Y2, Y5
-	VMAXPS  Y5, Y4, Y4
-	VANDPS  Y15, Y3, Y5
-	VMAXPS  Y5, Y4, Y4
-	HMAX4
+	AMAX32
 
 	// d = amax/127 stored as fp16 (round to nearest even).
 	VDIVSS    X14, X4, X5

@@ -71,3 +71,26 @@ func QxSearch8(s *QxLanes, n int, nmax int32, num []float32) bool {
 	qxSearch8AVX2(s, nmax, &num[0], len(num), n)
 	return true
 }
+
+// QuantizeRowQ8_0Ref runs ggml's quantize_row_q8_0_ref on finite x (len(x) a multiple of 32)
+// into dst with the AVX2 assembly: d = amax/127 as fp16, id = 1/d from the float32 d, and
+// q = roundf(x·id), half away from zero (the activation quantizer QuantizeRowQ8_0 differs:
+// id = 127/amax and ties to even). It reports false, doing nothing, when the assembly is not
+// in use; quant's quantRowQ8_0Ref is the pure-Go twin. It panics with a *LengthError if
+// len(x)%32 != 0 or dst is too short.
+func QuantizeRowQ8_0Ref(dst []byte, x []float32) bool {
+	if len(x)%QK8_0 != 0 {
+		lengthPanic("QuantizeRowQ8_0Ref", "len(x) = %d is not a multiple of %d", len(x), QK8_0)
+	}
+	nb := len(x) / QK8_0
+	if len(dst) < nb*BlockBytesQ8_0 {
+		lengthPanic("QuantizeRowQ8_0Ref", "dst has %d bytes, %d elements need %d", len(dst), len(x), nb*BlockBytesQ8_0)
+	}
+	if !useAsm() {
+		return false
+	}
+	if nb > 0 {
+		quantizeQ8_0RefAVX2(&dst[0], &x[0], nb)
+	}
+	return true
+}

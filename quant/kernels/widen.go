@@ -1,0 +1,58 @@
+package kernels
+
+import "math"
+
+// WidenF16 writes the little-endian fp16 values in src[0:2n] as float32 into dst[0:n],
+// n = len(dst) (exact: every fp16 value is a float32; F16C's VCVTPH2PS on amd64, the
+// table of quant's FP16ToFP32 otherwise, which agree on every non-NaN value). It panics
+// with a *LengthError if src is shorter than 2·len(dst).
+func WidenF16(dst []float32, src []byte) {
+	n := len(dst)
+	if len(src) < 2*n {
+		lengthPanic("WidenF16", "source has %d bytes, %d elements need %d", len(src), n, 2*n)
+	}
+	i := 0
+	if useAsm() && n >= 8 {
+		i = n &^ 7
+		widenF16AVX2(&dst[0], &src[0], i)
+	}
+	for ; i < n; i++ {
+		dst[i] = halfToFloat(uint16(src[2*i]) | uint16(src[2*i+1])<<8)
+	}
+}
+
+// WidenBF16 writes the little-endian bfloat16 values in src[0:2n] as float32 into dst[0:n],
+// n = len(dst) (bits << 16). It panics with a *LengthError if src is shorter than 2·len(dst).
+func WidenBF16(dst []float32, src []byte) {
+	n := len(dst)
+	if len(src) < 2*n {
+		lengthPanic("WidenBF16", "source has %d bytes, %d elements need %d", len(src), n, 2*n)
+	}
+	i := 0
+	if useAsm() && n >= 8 {
+		i = n &^ 7
+		widenBF16AVX2(&dst[0], &src[0], i)
+	}
+	for ; i < n; i++ {
+		dst[i] = math.Float32frombits((uint32(src[2*i]) | uint32(src[2*i+1])<<8) << 16)
+	}
+}
+
+// FirstNonFinite returns the index of the first NaN or ±Inf in x, or -1 if every value is
+// finite (an exponent test on the bits, much cheaper than math.IsNaN/IsInf per element).
+func FirstNonFinite(x []float32) int {
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		a, b := math.Float32bits(x[i]), math.Float32bits(x[i+1])
+		c, d := math.Float32bits(x[i+2]), math.Float32bits(x[i+3])
+		if ^a&0x7f800000 == 0 || ^b&0x7f800000 == 0 || ^c&0x7f800000 == 0 || ^d&0x7f800000 == 0 {
+			break
+		}
+	}
+	for ; i < len(x); i++ {
+		if ^math.Float32bits(x[i])&0x7f800000 == 0 {
+			return i
+		}
+	}
+	return -1
+}
