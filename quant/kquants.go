@@ -230,7 +230,7 @@ func quantRowQ2KImp(dst []byte, x, qw []float32, s *scratch) {
 	var scales, mins, sw [16]float32
 	var Ls, Lm [16]uint8
 	L := s.Lu[:QK_K]
-	w := s.w[:16]
+	w := s.w[:QK_K]
 	for ib := 0; ib < len(x)/QK_K; ib++ {
 		xb := x[QK_K*ib : QK_K*ib+QK_K]
 		yb := dst[sizeQ2_K*ib : sizeQ2_K*ib+sizeQ2_K]
@@ -240,13 +240,16 @@ func quantRowQ2KImp(dst []byte, x, qw []float32, s *scratch) {
 		}
 		sigma2 := float32(sumx2 / QK_K) // the conversion keeps the compiler from fusing x/256 = x·2⁻⁸ into an FMA
 		for j := 0; j < 16; j++ {
-			xs := xb[16*j : 16*j+16]
-			imatrixWeights(w, xs, qw[QK_K*ib+16*j:], sigma2)
+			wj := w[16*j : 16*j+16]
+			imatrixWeights(wj, xb[16*j:16*j+16], qw[QK_K*ib+16*j:], sigma2)
 			sw[j] = 0
-			for _, v := range w {
+			for _, v := range wj {
 				sw[j] += v
 			}
-			scales[j] = ggmlQkxQuants(xs, w, L[16*j:16*j+16], s.Laux[:16], &mins[j], 3, -0.9, 0.05, 36, false, true)
+		}
+		for h := 0; h < 2; h++ {
+			sc, mn := (*[8]float32)(scales[8*h:]), (*[8]float32)(mins[8*h:])
+			qkxQuants8(s, xb[128*h:128*h+128], w[128*h:128*h+128], L[128*h:128*h+128], sc, mn, 16, 3, -0.9, 0.05, 36, true)
 		}
 		dm := ggmlQpQuants(scales[:], Ls[:], 15, sw[:])
 		mm := ggmlQpQuants(mins[:], Lm[:], 15, sw[:])
@@ -335,7 +338,7 @@ func quantRowQ3KImp(dst []byte, x, qw []float32, s *scratch) {
 	var Ls [16]int8
 	Li := s.L[:QK_K]
 	L := s.Lu[:QK_K]
-	w := s.w[:16]
+	w := s.w[:QK_K]
 	for ib := 0; ib < len(x)/QK_K; ib++ {
 		xb := x[QK_K*ib : QK_K*ib+QK_K]
 		yb := dst[sizeQ3_K*ib : sizeQ3_K*ib+sizeQ3_K]
@@ -345,14 +348,16 @@ func quantRowQ3KImp(dst []byte, x, qw []float32, s *scratch) {
 		}
 		sigma2 := float32(2 * sumx2 / QK_K)
 		for j := 0; j < 16; j++ {
-			xs := xb[16*j : 16*j+16]
-			imatrixWeights(w, xs, qw[QK_K*ib+16*j:], sigma2)
+			wj := w[16*j : 16*j+16]
+			imatrixWeights(wj, xb[16*j:16*j+16], qw[QK_K*ib+16*j:], sigma2)
 			var sumw float32
-			for _, v := range w {
+			for _, v := range wj {
 				sumw += v
 			}
 			sw[j] = sumw
-			scales[j] = ggmlQxQuants(xs, Li[16*j:16*j+16], 4, w)
+		}
+		for h := 0; h < 2; h++ {
+			qxQuants8(s, xb[128*h:128*h+128], Li[128*h:128*h+128], scales[8*h:8*h+8], 16, 4, w[128*h:128*h+128])
 		}
 		dBlock := ggmlQxQuants(scales[:], Ls[:], 32, sw[:])
 		var u [16]uint8
