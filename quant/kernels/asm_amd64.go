@@ -84,3 +84,12 @@ func widenBF16AVX2(dst *float32, src *byte, n int)
 
 //go:noescape
 func quantizeQ8_0RefAVX2(dst *byte, x *float32, nb int)
+
+// have512 is true when the CPU and OS support AVX-512F (the 6×32 SGEMM kernel).
+var have512 = haveAsm && cpu.X86.HasAVX512F
+
+// sgemmKernel6x32AVX512 is sgemmKernel6x16AVX2 over two packed B panels, the second
+// pstride floats after the first (sgemm512_amd64.s).
+//
+//go:noescape
+func sgemmKernel6x32AVX512(k int, a *float32, lda int, b *float32, pstride int, c *float32, ldc int, accumulate bool)

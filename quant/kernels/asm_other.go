@@ -35,3 +35,9 @@ func qxSearch8AVX2(s *QxLanes, nmax int32, num *float32, nnum int, n int)   { pa
 func widenF16AVX2(dst *float32, src *byte, n int)                           { panic(noAsm) }
 func widenBF16AVX2(dst *float32, src *byte, n int)                          { panic(noAsm) }
 func quantizeQ8_0RefAVX2(dst *byte, x *float32, nb int)                     { panic(noAsm) }
+
+const have512 = false
+
+func sgemmKernel6x32AVX512(k int, a *float32, lda int, b *float32, pstride int, c *float32, ldc int, accumulate bool) {
+	panic(noAsm)
+}

@@ -20,6 +20,9 @@ func UsingAsm() bool { return haveAsm && !forcePure.Load() }
 // Implementation names the kernel set in use, for logs and benchmark reports.
 func Implementation() string {
 	if UsingAsm() {
+		if use512() {
+			return "amd64 AVX2+FMA+F16C assembly, AVX-512F SGEMM"
+		}
 		return "amd64 AVX2+FMA+F16C assembly"
 	}
 	return "pure Go"

@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 )
 
 // Blocking of the packed SGEMM (assembly path). The micro-kernel computes a 6×16 tile from
@@ -115,7 +116,15 @@ func packB(dst []float32, b []float32, ldb, j, nc, p, kc int) {
 	}
 }
 
-// sgemmPacked is the assembly path: pack B, then run the 6×16 micro-kernel over A in place.
+// avx512Off disables the AVX-512 kernels (tests compare them with the AVX2 ones).
+var avx512Off atomic.Bool
+
+// use512 reports whether the AVX-512 kernels run: the CPU has AVX-512F, the assembly is in
+// use and the tests have not turned them off.
+func use512() bool { return have512 && useAsm() && !avx512Off.Load() }
+
+// sgemmPacked is the assembly path: pack B, then run the 6×16 micro-kernel (6×32 with
+// AVX-512F where two full panels remain) over A in place.
 func sgemmPacked(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool, i0, i1, j0, j1 int) {
 	buf := sgemmPool.Get().(*sgemmBuf)
 	defer sgemmPool.Put(buf)
@@ -135,32 +144,44 @@ func sgemmPacked(k int, a []float32, lda int, b []float32, ldb int, c []float32,
 						copy(tail[r*kc:(r+1)*kc], a[(ic+full+r)*lda+pc:])
 					}
 				}
-				for jr := 0; jr < nc; jr += sgNR {
-					bp := &buf.b[jr*kc]
-					cols := min(sgNR, nc-jr)
+				wide := use512()
+				for jr := 0; jr < nc; {
+					w := sgNR
+					if wide && nc-jr >= 2*sgNR {
+						w = 2 * sgNR // the AVX-512 6×32 kernel over two adjacent panels
+					}
+					cols := min(w, nc-jr)
 					for ir := 0; ir < mc; ir += sgMR {
 						ap, alda := &buf.aTail[0], kc
 						if ir < full {
 							ap, alda = &a[(ic+ir)*lda+pc], lda
 						}
 						rows := min(sgMR, mc-ir)
-						if rows == sgMR && cols == sgNR {
-							sgemmKernel6x16AVX2(kc, ap, alda, bp, &c[(ic+ir)*ldc+jc+jr], ldc, acc)
+						if rows == sgMR && cols == w {
+							if w == 2*sgNR {
+								sgemmKernel6x32AVX512(kc, ap, alda, &buf.b[jr*kc], sgNR*kc, &c[(ic+ir)*ldc+jc+jr], ldc, acc)
+							} else {
+								sgemmKernel6x16AVX2(kc, ap, alda, &buf.b[jr*kc], &c[(ic+ir)*ldc+jc+jr], ldc, acc)
+							}
 							continue
 						}
-						sgemmKernel6x16AVX2(kc, ap, alda, bp, &buf.tmp[0], sgNR, false)
-						for r := 0; r < rows; r++ {
-							dst := c[(ic+ir+r)*ldc+jc+jr:][:cols]
-							src := buf.tmp[r*sgNR:][:cols]
-							if acc {
-								for t := range dst {
-									dst[t] += src[t]
+						for h := 0; h < cols; h += sgNR {
+							hc := min(sgNR, cols-h)
+							sgemmKernel6x16AVX2(kc, ap, alda, &buf.b[(jr+h)*kc], &buf.tmp[0], sgNR, false)
+							for r := 0; r < rows; r++ {
+								dst := c[(ic+ir+r)*ldc+jc+jr+h:][:hc]
+								src := buf.tmp[r*sgNR:][:hc]
+								if acc {
+									for t := range dst {
+										dst[t] += src[t]
+									}
+								} else {
+									copy(dst, src)
 								}
-							} else {
-								copy(dst, src)
 							}
 						}
 					}
+					jr += w
 				}
 			}
 		}

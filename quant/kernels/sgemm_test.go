@@ -143,3 +143,40 @@ func TestSgemmConcurrentRanges(t *testing.T) {
 		}
 	})
 }
+
+// TestSgemmAVX512MatchesAVX2: the AVX-512 6×32 kernel gives the AVX2 6×16 kernel's bits
+// (same FMA chain per element) for shapes that exercise full and partial row panels, column
+// counts that leave 0 or 1 16-wide panel after the 32-wide ones, k blocks with and without a
+// remainder of 4, both accumulate modes, sub-ranges, and normal and heavy-tailed data.
+func TestSgemmAVX512MatchesAVX2(t *testing.T) {
+	if !have512 || !useAsm() {
+		t.Skip("no AVX-512F on this machine (or assembly off): only the AVX2 kernel runs")
+	}
+	defer avx512Off.Store(false)
+	r := newRNG(77)
+	shapes := [][3]int{{6, 32, 8}, {7, 48, 5}, {13, 64, 300}, {144, 512, 256}, {150, 530, 517}, {1, 33, 1}, {12, 96, 1031}, {30, 1000, 64}}
+	for si, sh := range shapes {
+		m, n, k := sh[0], sh[1], sh[2]
+		a := randFloats(r, m*k, si%2 == 1, 1)
+		b := randFloats(r, n*k, si%2 == 0, 1)
+		c0 := randFloats(r, m*n, false, 1)
+		for _, acc := range []bool{false, true} {
+			for _, rg := range [][4]int{{0, m, 0, n}, {m / 3, m, n / 5, n}} {
+				var got [2][]float32
+				for i, off := range []bool{true, false} {
+					avx512Off.Store(off)
+					c := append([]float32(nil), c0...)
+					if err := SgemmRange(m, n, k, a, k, b, k, c, n, acc, rg[0], rg[1], rg[2], rg[3]); err != nil {
+						t.Fatal(err)
+					}
+					got[i] = c
+				}
+				for i := range got[0] {
+					if math.Float32bits(got[0][i]) != math.Float32bits(got[1][i]) {
+						t.Fatalf("%dx%dx%d acc=%v range %v: element %d: AVX2 %v, AVX-512 %v", m, n, k, acc, rg, i, got[0][i], got[1][i])
+					}
+				}
+			}
+		}
+	}
+}

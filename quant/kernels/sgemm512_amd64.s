@@ -1,0 +1,118 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// 6×32 SGEMM micro-kernel for AVX-512F: the 6×16 kernel of sgemm_amd64.s widened to two
+// adjacent packed B panels (panel 1 starts pstride bytes after panel 0). Every C element is
+// the same sequential FMA chain over p as in the 6×16 kernel, so the two kernels give the
+// same bits. Accumulators: row i in Z(2i) (columns 0..15) and Z(2i+1) (16..31).
+
+#define STEP512(aoff, boff) \
+	VMOVUPS      (boff)(BX), Z12          \
+	VMOVUPS      (boff)(BX)(R12*1), Z13   \
+	VBROADCASTSS (aoff)(AX), Z14          \
+	VBROADCASTSS (aoff)(AX)(R9*1), Z15    \
+	VBROADCASTSS (aoff)(AX)(R9*2), Z16    \
+	VBROADCASTSS (aoff)(R11), Z17         \
+	VBROADCASTSS (aoff)(R11)(R9*1), Z18   \
+	VBROADCASTSS (aoff)(R11)(R9*2), Z19   \
+	VFMADD231PS  Z12, Z14, Z0             \
+	VFMADD231PS  Z13, Z14, Z1             \
+	VFMADD231PS  Z12, Z15, Z2             \
+	VFMADD231PS  Z13, Z15, Z3             \
+	VFMADD231PS  Z12, Z16, Z4             \
+	VFMADD231PS  Z13, Z16, Z5             \
+	VFMADD231PS  Z12, Z17, Z6             \
+	VFMADD231PS  Z13, Z17, Z7             \
+	VFMADD231PS  Z12, Z18, Z8             \
+	VFMADD231PS  Z13, Z18, Z9             \
+	VFMADD231PS  Z12, Z19, Z10            \
+	VFMADD231PS  Z13, Z19, Z11
+
+#define STORE_ROW512(r0, r1) \
+	VMOVUPS r0, 0(DI)  \
+	VMOVUPS r1, 64(DI) \
+	ADDQ    R8, DI
+
+#define ADD_ROW512(r0, r1) \
+	VADDPS  0(DI), r0, r0  \
+	VADDPS  64(DI), r1, r1 \
+	VMOVUPS r0, 0(DI)      \
+	VMOVUPS r1, 64(DI)     \
+	ADDQ    R8, DI
+
+// func sgemmKernel6x32AVX512(k int, a *float32, lda int, b *float32, pstride int, c *float32, ldc int, accumulate bool)
+TEXT ·sgemmKernel6x32AVX512(SB), NOSPLIT, $0-57
+	MOVQ   k+0(FP), CX
+	MOVQ   a+8(FP), AX
+	MOVQ   lda+16(FP), R9
+	MOVQ   b+24(FP), BX
+	MOVQ   pstride+32(FP), R12
+	SHLQ   $2, R12
+	MOVQ   c+40(FP), DI
+	MOVQ   ldc+48(FP), R8
+	SHLQ   $2, R8
+	SHLQ   $2, R9
+	LEAQ   (AX)(R9*2), R11
+	ADDQ   R9, R11
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	CMPQ   CX, $4
+	JLT    g5tail
+
+g5loop4:
+	STEP512(0, 0)
+	STEP512(4, 64)
+	STEP512(8, 128)
+	STEP512(12, 192)
+	ADDQ $16, AX
+	ADDQ $16, R11
+	ADDQ $256, BX
+	SUBQ $4, CX
+	CMPQ CX, $4
+	JGE  g5loop4
+
+g5tail:
+	TESTQ CX, CX
+	JZ    g5store
+
+g5loop1:
+	STEP512(0, 0)
+	ADDQ $4, AX
+	ADDQ $4, R11
+	ADDQ $64, BX
+	DECQ CX
+	JNZ  g5loop1
+
+g5store:
+	MOVBLZX accumulate+56(FP), DX
+	TESTQ   DX, DX
+	JNZ     g5add
+	STORE_ROW512(Z0, Z1)
+	STORE_ROW512(Z2, Z3)
+	STORE_ROW512(Z4, Z5)
+	STORE_ROW512(Z6, Z7)
+	STORE_ROW512(Z8, Z9)
+	STORE_ROW512(Z10, Z11)
+	VZEROUPPER
+	RET
+
+g5add:
+	ADD_ROW512(Z0, Z1)
+	ADD_ROW512(Z2, Z3)
+	ADD_ROW512(Z4, Z5)
+	ADD_ROW512(Z6, Z7)
+	ADD_ROW512(Z8, Z9)
+	ADD_ROW512(Z10, Z11)
+	VZEROUPPER
+	RET
