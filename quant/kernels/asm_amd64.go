@@ -93,3 +93,24 @@ var have512 = haveAsm && cpu.X86.HasAVX512F
 //
 //go:noescape
 func sgemmKernel6x32AVX512(k int, a *float32, lda int, b *float32, pstride int, c *float32, ldc int, accumulate bool)
+
+// haveVNNI is true when the CPU and OS support AVX-512 VNNI with VL and BW (the gemm-order
+// Q4_0/IQ4_NL kernels of repack_vnni_amd64.s use VPDPBUSD and EVEX registers Y16–Y31).
+var haveVNNI = haveAsm && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VNNI
+
+// q4Transpose8AVX2 decodes nb blocks of 8 Q4_0/IQ4_NL rows (rowBytes apart) through lut and
+// writes them transposed to dst (256 bytes per block).
+//
+//go:noescape
+func q4Transpose8AVX2(w *byte, rowBytes int, nb int, lut *byte, dst *byte)
+
+// q4GemmTile8x4VNNI writes the gemm-order outputs of a transposed 8-row tile with 4 Q8_0
+// activation rows to out[t·ldOut + j].
+//
+//go:noescape
+func q4GemmTile8x4VNNI(wt *byte, dws *float32, nb int, x *byte, xStride int, pre *int32, dx *float32, out *float32, ldOut int)
+
+// q8SumsAVX2 writes −off·Σqs and d of the nb Q8_0 blocks at x to pre[4b] and dx[4b].
+//
+//go:noescape
+func q8SumsAVX2(x *byte, nb int, off int32, pre *int32, dx *float32)

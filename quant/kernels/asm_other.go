@@ -41,3 +41,11 @@ const have512 = false
 func sgemmKernel6x32AVX512(k int, a *float32, lda int, b *float32, pstride int, c *float32, ldc int, accumulate bool) {
 	panic(noAsm)
 }
+
+const haveVNNI = false
+
+func q4Transpose8AVX2(w *byte, rowBytes int, nb int, lut *byte, dst *byte) { panic(noAsm) }
+func q4GemmTile8x4VNNI(wt *byte, dws *float32, nb int, x *byte, xStride int, pre *int32, dx *float32, out *float32, ldOut int) {
+	panic(noAsm)
+}
+func q8SumsAVX2(x *byte, nb int, off int32, pre *int32, dx *float32) { panic(noAsm) }

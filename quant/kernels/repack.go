@@ -239,8 +239,12 @@ func MatMulRepack(t Type, out []float32, ldOut int, w []byte, rowBytes int, xq [
 		return fmt.Errorf("kernels: MatMulRepack: out has %d entries, row range ends at %d", len(out), r1)
 	}
 	g := nx - nx%4
-	for k := 0; k < g; k += 4 {
-		matMul4Repack(t, out[k*ldOut:], ldOut, w, rowBytes, xq[k*xStride:], xStride, nb, r0, r1)
+	if g > 0 && t != Q4_K && useVNNI() {
+		matMulQ4VNNI(t, out, ldOut, w, rowBytes, xq, xStride, g, nb, r0, r1)
+	} else {
+		for k := 0; k < g; k += 4 {
+			matMul4Repack(t, out[k*ldOut:], ldOut, w, rowBytes, xq[k*xStride:], xStride, nb, r0, r1)
+		}
 	}
 	for k := g; k < nx; k++ {
 		matVecRepack(t, out[k*ldOut:], w, rowBytes, xq[k*xStride:], nb, r0, r1)

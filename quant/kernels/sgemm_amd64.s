@@ -1,6 +1,7 @@
 //go:build amd64 && !purego
 
 #include "textflag.h"
+#include "transpose_amd64.h"
 
 // 6×16 SGEMM micro-kernel: C[6×16] (+)= Σ_p A[i][p] · Bp[p·16 + j]. A is read in place (six
 // rows, lda apart); B is a packed panel (16 floats per step). Twelve YMM accumulators
@@ -114,33 +115,6 @@ gadd:
 	ADD_ROW(Y10, Y11)
 	VZEROUPPER
 	RET
-
-// Transpose the 8×8 block in Y0..Y7 (row i in Yi) into Y8..Y15 (column i in Y(8+i)).
-#define TRANSPOSE8 \
-	VUNPCKLPS  Y1, Y0, Y8        \
-	VUNPCKHPS  Y1, Y0, Y9        \
-	VUNPCKLPS  Y3, Y2, Y10       \
-	VUNPCKHPS  Y3, Y2, Y11       \
-	VUNPCKLPS  Y5, Y4, Y12       \
-	VUNPCKHPS  Y5, Y4, Y13       \
-	VUNPCKLPS  Y7, Y6, Y14       \
-	VUNPCKHPS  Y7, Y6, Y15       \
-	VSHUFPS    $0x44, Y10, Y8, Y0  \
-	VSHUFPS    $0xee, Y10, Y8, Y1  \
-	VSHUFPS    $0x44, Y11, Y9, Y2  \
-	VSHUFPS    $0xee, Y11, Y9, Y3  \
-	VSHUFPS    $0x44, Y14, Y12, Y4 \
-	VSHUFPS    $0xee, Y14, Y12, Y5 \
-	VSHUFPS    $0x44, Y15, Y13, Y6 \
-	VSHUFPS    $0xee, Y15, Y13, Y7 \
-	VPERM2F128 $0x20, Y4, Y0, Y8   \
-	VPERM2F128 $0x20, Y5, Y1, Y9   \
-	VPERM2F128 $0x20, Y6, Y2, Y10  \
-	VPERM2F128 $0x20, Y7, Y3, Y11  \
-	VPERM2F128 $0x31, Y4, Y0, Y12  \
-	VPERM2F128 $0x31, Y5, Y1, Y13  \
-	VPERM2F128 $0x31, Y6, Y2, Y14  \
-	VPERM2F128 $0x31, Y7, Y3, Y15
 
 // func packB16AVX2(dst *float32, b *float32, ldb int, kc8 int)
 // For 16 rows of B (ldb floats apart) and kc8·8 columns: dst[s·16 + t] = b[t·ldb + s].

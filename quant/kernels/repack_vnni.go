@@ -1,0 +1,86 @@
+package kernels
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// The VNNI gemm-order path of MatMulRepack for Q4_0 and IQ4_NL (repack_vnni_amd64.s). The
+// gemm order's float step is one FMA per block and output, so any layout that forms each
+// output's exact integer block sum gives the same bits. Here a tile of 8 weight rows is
+// decoded and transposed once per call, and each group of 4 activation rows is multiplied
+// with VPDPBUSD, one lane per weight row, instead of one horizontal reduction per output.
+
+// vnniOff disables the VNNI kernels (tests compare them with the AVX2 ones).
+var vnniOff atomic.Bool
+
+// useVNNI reports whether the VNNI gemm kernels run.
+func useVNNI() bool { return haveVNNI && useAsm() && !vnniOff.Load() }
+
+// repackUnsigned maps a nibble to v(q) + off as an unsigned byte: the Q4_0 nibble itself
+// (v = q − 8, off 8) and kvalues_iq4nl[q] + 128 (off 128).
+var (
+	repackUQ4_0  = [16]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
+	repackUIQ4NL = func() (u [16]byte) {
+		for i, v := range repackLUTIQ4NL {
+			u[i] = byte(int(int8(v)) + 128)
+		}
+		return
+	}()
+)
+
+type vnniBuf struct {
+	wt      []byte
+	pre     []int32
+	dx, dws []float32
+}
+
+var vnniPool = sync.Pool{New: func() any { return new(vnniBuf) }}
+
+func grow[T any](b []T, n int) []T {
+	if cap(b) < n {
+		return make([]T, n)
+	}
+	return b[:n]
+}
+
+// matMulQ4VNNI computes activation rows [0, g) (g a multiple of 4) against weight rows
+// [r0, r1) of a Q4_0 or IQ4_NL matrix in gemm order: tiles of 8 rows with the VNNI kernel,
+// the remaining rows with matMul4Repack.
+func matMulQ4VNNI(t Type, out []float32, ldOut int, w []byte, rowBytes int, xq []byte, xStride, g, nb, r0, r1 int) {
+	lut, off := &repackUQ4_0, int32(8)
+	if t != Q4_0 {
+		lut, off = &repackUIQ4NL, 128
+	}
+	buf := vnniPool.Get().(*vnniBuf)
+	defer vnniPool.Put(buf)
+	// per group of 4 activation rows and block: −off·Σx and d_x of each row
+	buf.pre = grow(buf.pre, g*nb)
+	buf.dx = grow(buf.dx, g*nb)
+	pre, dx := buf.pre, buf.dx
+	for k := 0; k < g; k++ {
+		i := (k/4)*nb*4 + k%4
+		q8SumsAVX2(&xq[k*xStride], nb, off, &pre[i], &dx[i])
+	}
+	buf.wt = grow(buf.wt, 256*nb)
+	buf.dws = grow(buf.dws, 8*nb)
+	dws := buf.dws
+	r8 := r0 + (r1-r0)&^7
+	for r := r0; r < r8; r += 8 {
+		q4Transpose8AVX2(&w[r*rowBytes], rowBytes, nb, &lut[0], &buf.wt[0])
+		for b := 0; b < nb; b++ {
+			for j := 0; j < 8; j++ {
+				dws[8*b+j] = halfToFloat(le16(w[(r+j)*rowBytes+b*BlockBytesIQ4_NL:]))
+			}
+		}
+		for k := 0; k < g; k += 4 {
+			q := k / 4
+			q4GemmTile8x4VNNI(&buf.wt[0], &dws[0], nb, &xq[k*xStride], xStride, &pre[q*nb*4], &dx[q*nb*4], &out[k*ldOut+r], ldOut)
+		}
+	}
+	if r8 < r1 {
+		for k := 0; k < g; k += 4 {
+			matMul4Repack(t, out[k*ldOut:], ldOut, w, rowBytes, xq[k*xStride:], xStride, nb, r8, r1)
+		}
+	}
+}

@@ -1,0 +1,178 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+#include "transpose_amd64.h"
+
+// Q4_0 / IQ4_NL · Q8_0 in gemm order with AVX-512 VNNI (repack_vnni.go). A tile of 8 weight
+// rows is decoded once into unsigned bytes u = v(q) + off and transposed so that register k
+// holds bytes 4k..4k+3 of every row (lane j = row j); then VPDPBUSD against the broadcast
+// activation dword 4k..4k+3 accumulates each row's Σ u·x in its own lane, and
+// isum = Σ u·x − off·Σ x is the exact block sum Σ v·x. The float step is the gemm chain,
+// acc = fma(float32(isum), float32(f16(d)·f16(d_x)), acc), with one lane per output.
+
+// Decode the 16 nibble bytes of a block at addr into the 32 element bytes of Yr (elements
+// 0..15 from the low nibbles, 16..31 from the high ones), mapped through the table in Y10.
+// Y9 = 0x0f bytes; clobbers X8.
+#define DEC(addr, Yr, Xr) \
+	VMOVDQU     addr, Xr      \
+	VPSRLW      $4, Xr, X8    \
+	VPAND       X9, Xr, Xr    \
+	VPAND       X9, X8, X8    \
+	VINSERTI128 $1, X8, Yr, Yr \
+	VPSHUFB     Yr, Y10, Yr
+
+// func q4Transpose8AVX2(w *byte, rowBytes int, nb int, lut *byte, dst *byte)
+// dst[256·b + 32·k + 4·j + i] = lut[element 4k+i of block b of row j].
+TEXT ·q4Transpose8AVX2(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ rowBytes+8(FP), R9
+	MOVQ nb+16(FP), CX
+	MOVQ lut+24(FP), AX
+	MOVQ dst+32(FP), DI
+	LEAQ (R9)(R9*2), R10
+	LEAQ (SI)(R9*4), R11
+
+tloop:
+	VPBROADCASTB   rvn_nib<>(SB), Y9
+	VBROADCASTI128 (AX), Y10
+	DEC(2(SI), Y0, X0)
+	DEC(2(SI)(R9*1), Y1, X1)
+	DEC(2(SI)(R9*2), Y2, X2)
+	DEC(2(SI)(R10*1), Y3, X3)
+	DEC(2(R11), Y4, X4)
+	DEC(2(R11)(R9*1), Y5, X5)
+	DEC(2(R11)(R9*2), Y6, X6)
+	DEC(2(R11)(R10*1), Y7, X7)
+	TRANSPOSE8
+	VMOVDQU Y8, 0(DI)
+	VMOVDQU Y9, 32(DI)
+	VMOVDQU Y10, 64(DI)
+	VMOVDQU Y11, 96(DI)
+	VMOVDQU Y12, 128(DI)
+	VMOVDQU Y13, 160(DI)
+	VMOVDQU Y14, 192(DI)
+	VMOVDQU Y15, 224(DI)
+	ADDQ    $18, SI
+	ADDQ    $18, R11
+	ADDQ    $256, DI
+	DECQ    CX
+	JNZ     tloop
+	VZEROUPPER
+	RET
+
+DATA rvn_nib<>+0(SB)/1, $0x0f
+GLOBL rvn_nib<>(SB), RODATA|NOPTR, $1
+
+// One activation row t (its Q8_0 block at xr) against the 8 transposed dwords Y8..Y15:
+// acc += float32(pre[t] + Σu·x) · (dws · dx[t]), pre[t] = −off·Σx. Two isum chains (a, b)
+// halve the latency.
+#define TOK(xr, t, a, b, acc) \
+	VPBROADCASTD  (4*t)(R12), a           \
+	VPXORD        b, b, b                 \
+	VPDPBUSD.BCST 2(xr), Y8, a            \
+	VPDPBUSD.BCST 6(xr), Y9, b            \
+	VPDPBUSD.BCST 10(xr), Y10, a          \
+	VPDPBUSD.BCST 14(xr), Y11, b          \
+	VPDPBUSD.BCST 18(xr), Y12, a          \
+	VPDPBUSD.BCST 22(xr), Y13, b          \
+	VPDPBUSD.BCST 26(xr), Y14, a          \
+	VPDPBUSD.BCST 30(xr), Y15, b          \
+	VPADDD        b, a, a                 \
+	VCVTDQ2PS     a, a                    \
+	VMULPS.BCST   (4*t)(R13), Y28, b      \
+	VFMADD231PS   b, a, acc
+
+// func q4GemmTile8x4VNNI(wt *byte, dws *float32, nb int, x *byte, xStride int, pre *int32, dx *float32, out *float32, ldOut int)
+TEXT ·q4GemmTile8x4VNNI(SB), NOSPLIT, $0-72
+	MOVQ   wt+0(FP), DI
+	MOVQ   dws+8(FP), SI
+	MOVQ   nb+16(FP), CX
+	MOVQ   x+24(FP), R8
+	MOVQ   xStride+32(FP), AX
+	LEAQ   (R8)(AX*1), R9
+	LEAQ   (R9)(AX*1), R10
+	LEAQ   (R10)(AX*1), R11
+	MOVQ   pre+40(FP), R12
+	MOVQ   dx+48(FP), R13
+	VPXORD Y16, Y16, Y16
+	VPXORD Y17, Y17, Y17
+	VPXORD Y18, Y18, Y18
+	VPXORD Y19, Y19, Y19
+
+gloop:
+	VMOVDQU 0(DI), Y8
+	VMOVDQU 32(DI), Y9
+	VMOVDQU 64(DI), Y10
+	VMOVDQU 96(DI), Y11
+	VMOVDQU 128(DI), Y12
+	VMOVDQU 160(DI), Y13
+	VMOVDQU 192(DI), Y14
+	VMOVDQU 224(DI), Y15
+	VMOVUPS (SI), Y28
+	TOK(R8, 0, Y20, Y21, Y16)
+	TOK(R9, 1, Y22, Y23, Y17)
+	TOK(R10, 2, Y24, Y25, Y18)
+	TOK(R11, 3, Y26, Y27, Y19)
+	ADDQ $256, DI
+	ADDQ $32, SI
+	ADDQ $34, R8
+	ADDQ $34, R9
+	ADDQ $34, R10
+	ADDQ $34, R11
+	ADDQ $16, R12
+	ADDQ $16, R13
+	DECQ CX
+	JNZ  gloop
+
+	MOVQ    out+56(FP), AX
+	MOVQ    ldOut+64(FP), BX
+	SHLQ    $2, BX
+	VMOVUPS Y16, (AX)
+	ADDQ    BX, AX
+	VMOVUPS Y17, (AX)
+	ADDQ    BX, AX
+	VMOVUPS Y18, (AX)
+	ADDQ    BX, AX
+	VMOVUPS Y19, (AX)
+	VZEROUPPER
+	RET
+
+DATA rvn_x80<>+0(SB)/1, $0x80
+GLOBL rvn_x80<>(SB), RODATA|NOPTR, $1
+
+// func q8SumsAVX2(x *byte, nb int, off int32, pre *int32, dx *float32)
+// For each Q8_0 block b of the row at x: pre[4b] = −off·Σ qs, dx[4b] = f16→f32 of its d.
+// Σ qs = Σ (qs ⊕ 0x80) − 32·128 with VPSADBW (exact).
+TEXT ·q8SumsAVX2(SB), NOSPLIT, $0-40
+	MOVQ         x+0(FP), SI
+	MOVQ         nb+8(FP), CX
+	MOVL         off+16(FP), R8
+	MOVQ         pre+24(FP), DI
+	MOVQ         dx+32(FP), DX
+	VPBROADCASTB rvn_x80<>(SB), Y15
+	VPXOR        Y14, Y14, Y14
+
+sloop:
+	VMOVDQU      2(SI), Y0
+	VPXOR        Y15, Y0, Y0
+	VPSADBW      Y14, Y0, Y0
+	VEXTRACTI128 $1, Y0, X1
+	VPADDQ       X1, X0, X0
+	VPSHUFD      $0x4e, X0, X1
+	VPADDQ       X1, X0, X0
+	VMOVD        X0, AX
+	SUBL         $4096, AX
+	IMULL        R8, AX
+	NEGL         AX
+	MOVL         AX, (DI)
+	MOVWLZX      (SI), AX
+	VMOVD        AX, X2
+	VCVTPH2PS    X2, X2
+	VMOVSS       X2, (DX)
+	ADDQ         $34, SI
+	ADDQ         $16, DI
+	ADDQ         $16, DX
+	DECQ         CX
+	JNZ          sloop
+	VZEROUPPER
+	RET
