@@ -99,10 +99,15 @@ func sgemmKernel6x32AVX512(k int, a *float32, lda int, b *float32, pstride int, 
 var haveVNNI = haveAsm && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VNNI
 
 // q4Transpose8AVX2 decodes nb blocks of 8 Q4_0/IQ4_NL rows (rowBytes apart) through lut and
-// writes them transposed to dst (256 bytes per block).
+// writes them transposed to dst: dword k of the 8 rows at dst + bStride·b + kStride·k.
 //
 //go:noescape
-func q4Transpose8AVX2(w *byte, rowBytes int, nb int, lut *byte, dst *byte)
+func q4Transpose8AVX2(w *byte, rowBytes int, nb int, lut *byte, dst *byte, kStride, bStride int)
+
+// q4GemmTile16x4VNNI is q4GemmTile8x4VNNI for 16 rows in ZMM lanes.
+//
+//go:noescape
+func q4GemmTile16x4VNNI(wt *byte, dws *float32, nb int, x *byte, xStride int, pre *int32, dx *float32, out *float32, ldOut int)
 
 // q4GemmTile8x4VNNI writes the gemm-order outputs of a transposed 8-row tile with 4 Q8_0
 // activation rows to out[t·ldOut + j].

@@ -44,7 +44,12 @@ func sgemmKernel6x32AVX512(k int, a *float32, lda int, b *float32, pstride int, 
 
 const haveVNNI = false
 
-func q4Transpose8AVX2(w *byte, rowBytes int, nb int, lut *byte, dst *byte) { panic(noAsm) }
+func q4Transpose8AVX2(w *byte, rowBytes int, nb int, lut *byte, dst *byte, kStride, bStride int) {
+	panic(noAsm)
+}
+func q4GemmTile16x4VNNI(wt *byte, dws *float32, nb int, x *byte, xStride int, pre *int32, dx *float32, out *float32, ldOut int) {
+	panic(noAsm)
+}
 func q4GemmTile8x4VNNI(wt *byte, dws *float32, nb int, x *byte, xStride int, pre *int32, dx *float32, out *float32, ldOut int) {
 	panic(noAsm)
 }

@@ -608,3 +608,40 @@ func TestRepackHandBlock(t *testing.T) {
 	})
 	_ = fmt.Sprint()
 }
+
+// TestRepackVNNITiles: MatMulRepack with the VNNI tiles (16 rows in ZMM lanes, 8 in YMM,
+// AVX2 kernels for the rest) equals the AVX2 path bit for bit over row ranges that use every
+// tile combination and start off a tile boundary, for Q4_0 and IQ4_NL, random, heavy-tailed
+// and raw bytes (activation quants of −128 included).
+func TestRepackVNNITiles(t *testing.T) {
+	if !useVNNI() {
+		t.Skip("no AVX-512 VNNI on this machine (or assembly off): only the AVX2 gemm kernels run")
+	}
+	defer vnniOff.Store(false)
+	r := newRNG(43)
+	for _, wt := range []Type{Q4_0, IQ4_NL} {
+		for _, n := range []int{32, 256, 4128} {
+			for _, shape := range [][3]int{{8, 4, 0}, {16, 8, 0}, {24, 13, 0}, {29, 4, 3}, {40, 12, 5}} {
+				rows, nx, r0 := shape[0], shape[1], shape[2]
+				for variant := 0; variant < 3; variant++ {
+					c := newRepackCase(r, wt, n, rows, nx, variant == 1, variant == 2)
+					var res [2][]float32
+					for i, off := range []bool{true, false} {
+						vnniOff.Store(off)
+						mm := make([]float32, nx*rows)
+						if err := MatMulRepack(wt, mm, rows, c.w, c.rowBytes, c.xq, c.xRow, nx, r0, rows); err != nil {
+							t.Fatal(err)
+						}
+						res[i] = mm
+					}
+					for i := range res[0] {
+						if !repackSame(res[0][i], res[1][i]) {
+							t.Fatalf("%s n=%d rows=%d nx=%d r0=%d variant %d: output %d: AVX2 %g (%#x), VNNI %g (%#x)", repackTypeName(wt), n, rows, nx, r0, variant,
+								i, res[0][i], math.Float32bits(res[0][i]), res[1][i], math.Float32bits(res[1][i]))
+						}
+					}
+				}
+			}
+		}
+	}
+}

@@ -44,9 +44,18 @@ func grow[T any](b []T, n int) []T {
 	return b[:n]
 }
 
+// tileScales writes the fp16 block scales of rows [r, r+n) as float32 to dws[n·b + j].
+func tileScales(dws []float32, w []byte, rowBytes, nb, r, n int) {
+	for b := 0; b < nb; b++ {
+		for j := 0; j < n; j++ {
+			dws[n*b+j] = halfToFloat(le16(w[(r+j)*rowBytes+b*BlockBytesIQ4_NL:]))
+		}
+	}
+}
+
 // matMulQ4VNNI computes activation rows [0, g) (g a multiple of 4) against weight rows
 // [r0, r1) of a Q4_0 or IQ4_NL matrix in gemm order: tiles of 8 rows with the VNNI kernel,
-// the remaining rows with matMul4Repack.
+// the remaining rows with matMul4Repack. With AVX-512F, tiles of 16 rows use ZMM lanes.
 func matMulQ4VNNI(t Type, out []float32, ldOut int, w []byte, rowBytes int, xq []byte, xStride, g, nb, r0, r1 int) {
 	lut, off := &repackUQ4_0, int32(8)
 	if t != Q4_0 {
@@ -62,22 +71,29 @@ func matMulQ4VNNI(t Type, out []float32, ldOut int, w []byte, rowBytes int, xq [
 		i := (k/4)*nb*4 + k%4
 		q8SumsAVX2(&xq[k*xStride], nb, off, &pre[i], &dx[i])
 	}
-	buf.wt = grow(buf.wt, 256*nb)
-	buf.dws = grow(buf.dws, 8*nb)
+	buf.wt = grow(buf.wt, 512*nb)
+	buf.dws = grow(buf.dws, 16*nb)
 	dws := buf.dws
-	r8 := r0 + (r1-r0)&^7
-	for r := r0; r < r8; r += 8 {
-		q4Transpose8AVX2(&w[r*rowBytes], rowBytes, nb, &lut[0], &buf.wt[0])
-		for b := 0; b < nb; b++ {
-			for j := 0; j < 8; j++ {
-				dws[8*b+j] = halfToFloat(le16(w[(r+j)*rowBytes+b*BlockBytesIQ4_NL:]))
-			}
+	r := r0
+	// 16-row tiles in ZMM lanes, then at most one 8-row tile in YMM lanes
+	for ; r+16 <= r1 && have512; r += 16 {
+		q4Transpose8AVX2(&w[r*rowBytes], rowBytes, nb, &lut[0], &buf.wt[0], 64, 512)
+		q4Transpose8AVX2(&w[(r+8)*rowBytes], rowBytes, nb, &lut[0], &buf.wt[32], 64, 512)
+		tileScales(dws, w, rowBytes, nb, r, 16)
+		for k := 0; k < g; k += 4 {
+			q := k / 4
+			q4GemmTile16x4VNNI(&buf.wt[0], &dws[0], nb, &xq[k*xStride], xStride, &pre[q*nb*4], &dx[q*nb*4], &out[k*ldOut+r], ldOut)
 		}
+	}
+	for ; r+8 <= r1; r += 8 {
+		q4Transpose8AVX2(&w[r*rowBytes], rowBytes, nb, &lut[0], &buf.wt[0], 32, 256)
+		tileScales(dws, w, rowBytes, nb, r, 8)
 		for k := 0; k < g; k += 4 {
 			q := k / 4
 			q4GemmTile8x4VNNI(&buf.wt[0], &dws[0], nb, &xq[k*xStride], xStride, &pre[q*nb*4], &dx[q*nb*4], &out[k*ldOut+r], ldOut)
 		}
 	}
+	r8 := r
 	if r8 < r1 {
 		for k := 0; k < g; k += 4 {
 			matMul4Repack(t, out[k*ldOut:], ldOut, w, rowBytes, xq[k*xStride:], xStride, nb, r8, r1)

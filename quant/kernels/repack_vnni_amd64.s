@@ -21,16 +21,19 @@
 	VINSERTI128 $1, X8, Yr, Yr \
 	VPSHUFB     Yr, Y10, Yr
 
-// func q4Transpose8AVX2(w *byte, rowBytes int, nb int, lut *byte, dst *byte)
-// dst[256·b + 32·k + 4·j + i] = lut[element 4k+i of block b of row j].
-TEXT ·q4Transpose8AVX2(SB), NOSPLIT, $0-40
+// func q4Transpose8AVX2(w *byte, rowBytes int, nb int, lut *byte, dst *byte, kStride, bStride int)
+// dst[bStride·b + kStride·k + 4·j + i] = lut[element 4k+i of block b of row j].
+TEXT ·q4Transpose8AVX2(SB), NOSPLIT, $0-56
 	MOVQ w+0(FP), SI
 	MOVQ rowBytes+8(FP), R9
 	MOVQ nb+16(FP), CX
 	MOVQ lut+24(FP), AX
 	MOVQ dst+32(FP), DI
+	MOVQ kStride+40(FP), DX
+	MOVQ bStride+48(FP), R12
 	LEAQ (R9)(R9*2), R10
 	LEAQ (SI)(R9*4), R11
+	LEAQ (DX)(DX*2), R13              // 3·kStride
 
 tloop:
 	VPBROADCASTB   rvn_nib<>(SB), Y9
@@ -44,17 +47,19 @@ tloop:
 	DEC(2(R11)(R9*2), Y6, X6)
 	DEC(2(R11)(R10*1), Y7, X7)
 	TRANSPOSE8
-	VMOVDQU Y8, 0(DI)
-	VMOVDQU Y9, 32(DI)
-	VMOVDQU Y10, 64(DI)
-	VMOVDQU Y11, 96(DI)
-	VMOVDQU Y12, 128(DI)
-	VMOVDQU Y13, 160(DI)
-	VMOVDQU Y14, 192(DI)
-	VMOVDQU Y15, 224(DI)
+	MOVQ    DI, BX
+	VMOVDQU Y8, (BX)
+	VMOVDQU Y9, (BX)(DX*1)
+	VMOVDQU Y10, (BX)(DX*2)
+	VMOVDQU Y11, (BX)(R13*1)
+	LEAQ    (BX)(DX*4), BX
+	VMOVDQU Y12, (BX)
+	VMOVDQU Y13, (BX)(DX*1)
+	VMOVDQU Y14, (BX)(DX*2)
+	VMOVDQU Y15, (BX)(R13*1)
 	ADDQ    $18, SI
 	ADDQ    $18, R11
-	ADDQ    $256, DI
+	ADDQ    R12, DI
 	DECQ    CX
 	JNZ     tloop
 	VZEROUPPER
@@ -174,5 +179,78 @@ sloop:
 	ADDQ         $16, DX
 	DECQ         CX
 	JNZ          sloop
+	VZEROUPPER
+	RET
+
+// The TOK step of q4GemmTile16x4VNNI: 16 weight rows in ZMM lanes (W in Z8..Z15, d in Z28).
+#define TOK16(xr, t, a, b, acc) \
+	VPBROADCASTD  (4*t)(R12), a           \
+	VPXORD        b, b, b                 \
+	VPDPBUSD.BCST 2(xr), Z8, a            \
+	VPDPBUSD.BCST 6(xr), Z9, b            \
+	VPDPBUSD.BCST 10(xr), Z10, a          \
+	VPDPBUSD.BCST 14(xr), Z11, b          \
+	VPDPBUSD.BCST 18(xr), Z12, a          \
+	VPDPBUSD.BCST 22(xr), Z13, b          \
+	VPDPBUSD.BCST 26(xr), Z14, a          \
+	VPDPBUSD.BCST 30(xr), Z15, b          \
+	VPADDD        b, a, a                 \
+	VCVTDQ2PS     a, a                    \
+	VMULPS.BCST   (4*t)(R13), Z28, b      \
+	VFMADD231PS   b, a, acc
+
+// func q4GemmTile16x4VNNI(wt *byte, dws *float32, nb int, x *byte, xStride int, pre *int32, dx *float32, out *float32, ldOut int)
+// q4GemmTile8x4VNNI for a tile of 16 rows (512 transposed bytes and 16 scales per block).
+TEXT ·q4GemmTile16x4VNNI(SB), NOSPLIT, $0-72
+	MOVQ   wt+0(FP), DI
+	MOVQ   dws+8(FP), SI
+	MOVQ   nb+16(FP), CX
+	MOVQ   x+24(FP), R8
+	MOVQ   xStride+32(FP), AX
+	LEAQ   (R8)(AX*1), R9
+	LEAQ   (R9)(AX*1), R10
+	LEAQ   (R10)(AX*1), R11
+	MOVQ   pre+40(FP), R12
+	MOVQ   dx+48(FP), R13
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+
+zloop:
+	VMOVDQU32 0(DI), Z8
+	VMOVDQU32 64(DI), Z9
+	VMOVDQU32 128(DI), Z10
+	VMOVDQU32 192(DI), Z11
+	VMOVDQU32 256(DI), Z12
+	VMOVDQU32 320(DI), Z13
+	VMOVDQU32 384(DI), Z14
+	VMOVDQU32 448(DI), Z15
+	VMOVUPS   (SI), Z28
+	TOK16(R8, 0, Z20, Z21, Z16)
+	TOK16(R9, 1, Z22, Z23, Z17)
+	TOK16(R10, 2, Z24, Z25, Z18)
+	TOK16(R11, 3, Z26, Z27, Z19)
+	ADDQ $512, DI
+	ADDQ $64, SI
+	ADDQ $34, R8
+	ADDQ $34, R9
+	ADDQ $34, R10
+	ADDQ $34, R11
+	ADDQ $16, R12
+	ADDQ $16, R13
+	DECQ CX
+	JNZ  zloop
+
+	MOVQ    out+56(FP), AX
+	MOVQ    ldOut+64(FP), BX
+	SHLQ    $2, BX
+	VMOVUPS Z16, (AX)
+	ADDQ    BX, AX
+	VMOVUPS Z17, (AX)
+	ADDQ    BX, AX
+	VMOVUPS Z18, (AX)
+	ADDQ    BX, AX
+	VMOVUPS Z19, (AX)
 	VZEROUPPER
 	RET
