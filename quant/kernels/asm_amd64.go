@@ -119,3 +119,13 @@ func q4GemmTile8x4VNNI(wt *byte, dws *float32, nb int, x *byte, xStride int, pre
 //
 //go:noescape
 func q8SumsAVX2(x *byte, nb int, off int32, pre *int32, dx *float32)
+
+// q4KTranspose8AVX2 writes the quants of 8 Q4_K rows transposed (repack_vnni_amd64.s).
+//
+//go:noescape
+func q4KTranspose8AVX2(w *byte, rowBytes int, nb int, dst *byte, kStride, bStride int)
+
+// q4KGemmTile16x4VNNI is the Q4_K gemm-order tile of 16 rows × 4 activation rows.
+//
+//go:noescape
+func q4KGemmTile16x4VNNI(wt *byte, sm *int32, dd *float32, nb int, x *byte, xStride int, pk *int32, dx *float32, out *float32, ldOut int)

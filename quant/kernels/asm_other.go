@@ -54,3 +54,8 @@ func q4GemmTile8x4VNNI(wt *byte, dws *float32, nb int, x *byte, xStride int, pre
 	panic(noAsm)
 }
 func q8SumsAVX2(x *byte, nb int, off int32, pre *int32, dx *float32) { panic(noAsm) }
+
+func q4KTranspose8AVX2(w *byte, rowBytes int, nb int, dst *byte, kStride, bStride int) { panic(noAsm) }
+func q4KGemmTile16x4VNNI(wt *byte, sm *int32, dd *float32, nb int, x *byte, xStride int, pk *int32, dx *float32, out *float32, ldOut int) {
+	panic(noAsm)
+}

@@ -241,6 +241,8 @@ func MatMulRepack(t Type, out []float32, ldOut int, w []byte, rowBytes int, xq [
 	g := nx - nx%4
 	if g > 0 && t != Q4_K && useVNNI() {
 		matMulQ4VNNI(t, out, ldOut, w, rowBytes, xq, xStride, g, nb, r0, r1)
+	} else if g > 0 && t == Q4_K && useVNNI() && have512 {
+		matMulQ4KVNNI(out, ldOut, w, rowBytes, xq, xStride, g, nb, r0, r1)
 	} else {
 		for k := 0; k < g; k += 4 {
 			matMul4Repack(t, out[k*ldOut:], ldOut, w, rowBytes, xq[k*xStride:], xStride, nb, r0, r1)

@@ -609,18 +609,22 @@ func TestRepackHandBlock(t *testing.T) {
 	_ = fmt.Sprint()
 }
 
-// TestRepackVNNITiles: MatMulRepack with the VNNI tiles (16 rows in ZMM lanes, 8 in YMM,
-// AVX2 kernels for the rest) equals the AVX2 path bit for bit over row ranges that use every
-// tile combination and start off a tile boundary, for Q4_0 and IQ4_NL, random, heavy-tailed
-// and raw bytes (activation quants of −128 included).
+// TestRepackVNNITiles: MatMulRepack with the VNNI tiles (16 rows in ZMM lanes, for Q4_0 and
+// IQ4_NL also 8 in YMM; AVX2 kernels for the rest) equals the AVX2 path bit for bit over row
+// ranges that use every tile combination and start off a tile boundary, for Q4_0, IQ4_NL and
+// Q4_K, random, heavy-tailed and raw bytes (activation quants of −128, wrapping pair sums).
 func TestRepackVNNITiles(t *testing.T) {
 	if !useVNNI() {
 		t.Skip("no AVX-512 VNNI on this machine (or assembly off): only the AVX2 gemm kernels run")
 	}
 	defer vnniOff.Store(false)
 	r := newRNG(43)
-	for _, wt := range []Type{Q4_0, IQ4_NL} {
-		for _, n := range []int{32, 256, 4128} {
+	for _, wt := range []Type{Q4_0, IQ4_NL, Q4_K} {
+		lengths := []int{32, 256, 4128}
+		if wt == Q4_K {
+			lengths = []int{256, 1024, 4352}
+		}
+		for _, n := range lengths {
 			for _, shape := range [][3]int{{8, 4, 0}, {16, 8, 0}, {24, 13, 0}, {29, 4, 3}, {40, 12, 5}} {
 				rows, nx, r0 := shape[0], shape[1], shape[2]
 				for variant := 0; variant < 3; variant++ {

@@ -31,7 +31,7 @@ var (
 
 type vnniBuf struct {
 	wt      []byte
-	pre     []int32
+	pre, sm []int32
 	dx, dws []float32
 }
 
@@ -97,6 +97,61 @@ func matMulQ4VNNI(t Type, out []float32, ldOut int, w []byte, rowBytes int, xq [
 	if r8 < r1 {
 		for k := 0; k < g; k += 4 {
 			matMul4Repack(t, out[k*ldOut:], ldOut, w, rowBytes, xq[k*xStride:], xStride, nb, r8, r1)
+		}
+	}
+}
+
+// matMulQ4KVNNI computes activation rows [0, g) (g a multiple of 4) against weight rows
+// [r0, r1) of a Q4_K matrix in gemm order: tiles of 16 rows in ZMM lanes (the quants
+// transposed once per call, VPDPBUSD per 32-element sub-block with each row in its own lane,
+// then the sub-block scales, the mins against the activation pair sums, and the two FMA
+// chains per 64-element chunk), the remaining rows with matMul4Repack.
+func matMulQ4KVNNI(out []float32, ldOut int, w []byte, rowBytes int, xq []byte, xStride, g, nb, r0, r1 int) {
+	buf := vnniPool.Get().(*vnniBuf)
+	defer vnniPool.Put(buf)
+	// per group of 4 activation rows and super-block: the pair sums P_j (32 words), d_x (4)
+	buf.pre = grow(buf.pre, g*nb*8)
+	buf.dx = grow(buf.dx, g*nb)
+	pk, dx := buf.pre, buf.dx
+	for k := 0; k < g; k++ {
+		q, t := k/4, k%4
+		x := xq[k*xStride:]
+		for b := 0; b < nb; b++ {
+			xb := (*[BlockBytesQ8_K]byte)(x[b*BlockBytesQ8_K:])
+			p := repackQ8KPairs(xb)
+			copy(pk[(q*nb+b)*32+8*t:][:8], p[:])
+			dx[(q*nb+b)*4+t] = q8kScale(xb)
+		}
+	}
+	buf.wt = grow(buf.wt, 4096*nb)
+	buf.sm = grow(buf.sm, 256*nb)
+	buf.dws = grow(buf.dws, 32*nb)
+	r := r0
+	for ; r+16 <= r1; r += 16 {
+		q4KTranspose8AVX2(&w[r*rowBytes], rowBytes, nb, &buf.wt[0], 64, 4096)
+		q4KTranspose8AVX2(&w[(r+8)*rowBytes], rowBytes, nb, &buf.wt[32], 64, 4096)
+		for b := 0; b < nb; b++ {
+			sm := buf.sm[256*b : 256*b+256]
+			dd := buf.dws[32*b : 32*b+32]
+			for j := 0; j < 16; j++ {
+				wb := (*[BlockBytesQ4_K]byte)(w[(r+j)*rowBytes+b*BlockBytesQ4_K:])
+				sc, m := kScales((*[12]byte)(wb[4:16]))
+				for s := 0; s < 8; s++ {
+					sm[16*s+j] = sc[s]
+					sm[128+16*s+j] = m[s]
+				}
+				dd[j] = halfToFloat(le16(wb[0:]))
+				dd[16+j] = halfToFloat(le16(wb[2:]))
+			}
+		}
+		for k := 0; k < g; k += 4 {
+			q := k / 4
+			q4KGemmTile16x4VNNI(&buf.wt[0], &buf.sm[0], &buf.dws[0], nb, &xq[k*xStride], xStride, &pk[q*nb*32], &dx[q*nb*4], &out[k*ldOut+r], ldOut)
+		}
+	}
+	if r < r1 {
+		for k := 0; k < g; k += 4 {
+			matMul4Repack(Q4_K, out[k*ldOut:], ldOut, w, rowBytes, xq[k*xStride:], xStride, nb, r, r1)
 		}
 	}
 }

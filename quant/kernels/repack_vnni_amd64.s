@@ -254,3 +254,211 @@ zloop:
 	VMOVUPS Z19, (AX)
 	VZEROUPPER
 	RET
+
+// ---------------------------------------------------------------------------------------
+// Q4_K · Q8_K in gemm order with AVX-512 VNNI, 16 weight rows in ZMM lanes.
+
+DATA rvn_nib32<>+0(SB)/8, $0x0f0f0f0f0f0f0f0f
+DATA rvn_nib32<>+8(SB)/8, $0x0f0f0f0f0f0f0f0f
+DATA rvn_nib32<>+16(SB)/8, $0x0f0f0f0f0f0f0f0f
+DATA rvn_nib32<>+24(SB)/8, $0x0f0f0f0f0f0f0f0f
+GLOBL rvn_nib32<>(SB), RODATA|NOPTR, $32
+
+// Sub-block j of a Q4_K super-block (32 bytes at 16 + 32·(j/2), low nibbles for even j,
+// high for odd) of the row at addr into Yr.
+#define KLO(addr, Yr) \
+	VMOVDQU addr, Yr                   \
+	VPAND   rvn_nib32<>(SB), Yr, Yr
+
+#define KHI(addr, Yr) \
+	VMOVDQU addr, Yr                   \
+	VPSRLW  $4, Yr, Yr                 \
+	VPAND   rvn_nib32<>(SB), Yr, Yr
+
+#define KSUB(DECODE, off) \
+	DECODE(off(SI), Y0)          \
+	DECODE(off(SI)(R9*1), Y1)    \
+	DECODE(off(SI)(R9*2), Y2)    \
+	DECODE(off(SI)(R10*1), Y3)   \
+	DECODE(off(R11), Y4)         \
+	DECODE(off(R11)(R9*1), Y5)   \
+	DECODE(off(R11)(R9*2), Y6)   \
+	DECODE(off(R11)(R10*1), Y7)  \
+	TRANSPOSE8                   \
+	VMOVDQU Y8, (BX)             \
+	VMOVDQU Y9, (BX)(DX*1)       \
+	VMOVDQU Y10, (BX)(DX*2)      \
+	VMOVDQU Y11, (BX)(R13*1)     \
+	LEAQ    (BX)(DX*4), BX       \
+	VMOVDQU Y12, (BX)            \
+	VMOVDQU Y13, (BX)(DX*1)      \
+	VMOVDQU Y14, (BX)(DX*2)      \
+	VMOVDQU Y15, (BX)(R13*1)     \
+	LEAQ    (BX)(DX*4), BX
+
+// func q4KTranspose8AVX2(w *byte, rowBytes int, nb int, dst *byte, kStride, bStride int)
+// For 8 Q4_K rows: dst[bStride·b + kStride·(8j + k) + 4·r + i] = quant 32j + 4k + i of
+// super-block b of row r (0..15).
+TEXT ·q4KTranspose8AVX2(SB), NOSPLIT, $0-48
+	MOVQ w+0(FP), SI
+	MOVQ rowBytes+8(FP), R9
+	MOVQ nb+16(FP), CX
+	MOVQ dst+24(FP), DI
+	MOVQ kStride+32(FP), DX
+	MOVQ bStride+40(FP), R12
+	LEAQ (R9)(R9*2), R10
+	LEAQ (SI)(R9*4), R11
+	LEAQ (DX)(DX*2), R13
+
+ktloop:
+	MOVQ DI, BX
+	KSUB(KLO, 16)
+	KSUB(KHI, 16)
+	KSUB(KLO, 48)
+	KSUB(KHI, 48)
+	KSUB(KLO, 80)
+	KSUB(KHI, 80)
+	KSUB(KLO, 112)
+	KSUB(KHI, 112)
+	ADDQ $144, SI
+	ADDQ $144, R11
+	ADDQ R12, DI
+	DECQ CX
+	JNZ  ktloop
+	VZEROUPPER
+	RET
+
+// Σ_k q·x of sub-block j for token t (activation block at xr): two chains a, b over the
+// 8 transposed dwords in Z8..Z15, added into a.
+#define KDOT(xr, j, a, b) \
+	VPXORD        a, a, a                   \
+	VPXORD        b, b, b                   \
+	VPDPBUSD.BCST (4+32*(j))(xr), Z8, a       \
+	VPDPBUSD.BCST (8+32*(j))(xr), Z9, b       \
+	VPDPBUSD.BCST (12+32*(j))(xr), Z10, a     \
+	VPDPBUSD.BCST (16+32*(j))(xr), Z11, b     \
+	VPDPBUSD.BCST (20+32*(j))(xr), Z12, a     \
+	VPDPBUSD.BCST (24+32*(j))(xr), Z13, b     \
+	VPDPBUSD.BCST (28+32*(j))(xr), Z14, a     \
+	VPDPBUSD.BCST (32+32*(j))(xr), Z15, b     \
+	VPADDD        b, a, a
+
+// Load the 8 transposed dwords of sub-block j (64 bytes per dword, 512 per sub-block).
+#define KW(j) \
+	VMOVDQU32 (512*(j))(DI), Z8       \
+	VMOVDQU32 (512*(j)+64)(DI), Z9    \
+	VMOVDQU32 (512*(j)+128)(DI), Z10  \
+	VMOVDQU32 (512*(j)+192)(DI), Z11  \
+	VMOVDQU32 (512*(j)+256)(DI), Z12  \
+	VMOVDQU32 (512*(j)+320)(DI), Z13  \
+	VMOVDQU32 (512*(j)+384)(DI), Z14  \
+	VMOVDQU32 (512*(j)+448)(DI), Z15
+
+// The 64-element chunk c for the 4 tokens: isum_t = sc_2c·Σq·x + sc_2c+1·Σq·x into Z24+t.
+#define KCHUNKSUMS(c) \
+	KW(2*c)                                   \
+	KDOT(R8, 2*c, Z16, Z17)                   \
+	KDOT(R9, 2*c, Z18, Z19)                   \
+	KDOT(R10, 2*c, Z20, Z21)                  \
+	KDOT(R11, 2*c, Z22, Z23)                  \
+	VPMULLD (128*c)(SI), Z16, Z24             \
+	VPMULLD (128*c)(SI), Z18, Z25             \
+	VPMULLD (128*c)(SI), Z20, Z26             \
+	VPMULLD (128*c)(SI), Z22, Z27             \
+	KW(2*c+1)                                 \
+	KDOT(R8, 2*c+1, Z16, Z17)                 \
+	KDOT(R9, 2*c+1, Z18, Z19)                 \
+	KDOT(R10, 2*c+1, Z20, Z21)                \
+	KDOT(R11, 2*c+1, Z22, Z23)                \
+	VPMULLD (128*c+64)(SI), Z16, Z16          \
+	VPMULLD (128*c+64)(SI), Z18, Z18          \
+	VPMULLD (128*c+64)(SI), Z20, Z20          \
+	VPMULLD (128*c+64)(SI), Z22, Z22          \
+	VPADDD  Z16, Z24, Z24                     \
+	VPADDD  Z18, Z25, Z25                     \
+	VPADDD  Z20, Z26, Z26                     \
+	VPADDD  Z22, Z27, Z27
+
+// The float steps of chunk c for token t: acc_t = fma(float32(isum), d·dx_t, acc_t) and
+// accm_t = fma(float32(m_2c·P_2c + m_2c+1·P_2c+1), dmin·dx_t, accm_t).
+#define KFLOAT(c, t, isum, acc, accm) \
+	VCVTDQ2PS    isum, isum                      \
+	VBROADCASTSS (4*t)(R13), Z28                 \
+	VMULPS       (DX), Z28, Z29                  \
+	VFMADD231PS  Z29, isum, acc                  \
+	VPBROADCASTD (32*t+8*c)(R12), Z30            \
+	VPMULLD      (512+128*c)(SI), Z30, Z30       \
+	VPBROADCASTD (32*t+8*c+4)(R12), Z31          \
+	VPMULLD      (512+128*c+64)(SI), Z31, Z31    \
+	VPADDD       Z31, Z30, Z30                   \
+	VCVTDQ2PS    Z30, Z30                        \
+	VMULPS       64(DX), Z28, Z29                \
+	VFMADD231PS  Z29, Z30, accm
+
+#define KCHUNK(c) \
+	KCHUNKSUMS(c)                    \
+	KFLOAT(c, 0, Z24, Z0, Z4)        \
+	KFLOAT(c, 1, Z25, Z1, Z5)        \
+	KFLOAT(c, 2, Z26, Z2, Z6)        \
+	KFLOAT(c, 3, Z27, Z3, Z7)
+
+// func q4KGemmTile16x4VNNI(wt *byte, sm *int32, dd *float32, nb int, x *byte, xStride int, pk *int32, dx *float32, out *float32, ldOut int)
+// A 16-row Q4_K tile (q4KTranspose8AVX2 layout, 4096 bytes per super-block; sm: per
+// super-block the 8 scales then the 8 mins of the 16 rows as int32, 1024 bytes; dd: d then
+// dmin of the 16 rows, 128 bytes) against 4 Q8_K activation rows (pk: per super-block the
+// 8 pair sums P_j of each row, 128 bytes; dx: their d, 16 bytes) in gemm order, into
+// out[t·ldOut + j] = acc − accm.
+TEXT ·q4KGemmTile16x4VNNI(SB), NOSPLIT, $0-80
+	MOVQ   wt+0(FP), DI
+	MOVQ   sm+8(FP), SI
+	MOVQ   dd+16(FP), DX
+	MOVQ   nb+24(FP), CX
+	MOVQ   x+32(FP), R8
+	MOVQ   xStride+40(FP), AX
+	LEAQ   (R8)(AX*1), R9
+	LEAQ   (R9)(AX*1), R10
+	LEAQ   (R10)(AX*1), R11
+	MOVQ   pk+48(FP), R12
+	MOVQ   dx+56(FP), R13
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+
+kzloop:
+	KCHUNK(0)
+	KCHUNK(1)
+	KCHUNK(2)
+	KCHUNK(3)
+	ADDQ $4096, DI
+	ADDQ $1024, SI
+	ADDQ $128, DX
+	ADDQ $292, R8
+	ADDQ $292, R9
+	ADDQ $292, R10
+	ADDQ $292, R11
+	ADDQ $128, R12
+	ADDQ $16, R13
+	DECQ CX
+	JNZ  kzloop
+
+	MOVQ    out+64(FP), AX
+	MOVQ    ldOut+72(FP), BX
+	SHLQ    $2, BX
+	VSUBPS  Z4, Z0, Z0
+	VSUBPS  Z5, Z1, Z1
+	VSUBPS  Z6, Z2, Z2
+	VSUBPS  Z7, Z3, Z3
+	VMOVUPS Z0, (AX)
+	ADDQ    BX, AX
+	VMOVUPS Z1, (AX)
+	ADDQ    BX, AX
+	VMOVUPS Z2, (AX)
+	ADDQ    BX, AX
+	VMOVUPS Z3, (AX)
+	VZEROUPPER
+	RET
