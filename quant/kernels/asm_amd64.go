@@ -129,3 +129,9 @@ func q4KTranspose8AVX2(w *byte, rowBytes int, nb int, dst *byte, kStride, bStrid
 //
 //go:noescape
 func q4KGemmTile16x4VNNI(wt *byte, sm *int32, dd *float32, nb int, x *byte, xStride int, pk *int32, dx *float32, out *float32, ldOut int)
+
+// q0tQ8Z4x6 is the AVX-512 VNNI Q8_0 tile of 4 weight rows × 6 activation rows
+// (q0tile512_amd64.s).
+//
+//go:noescape
+func q0tQ8Z4x6(w *byte, rowBytes int, x *byte, xRowBytes int, xs *float32, xsStride int, dws *float32, nb int, y *float32, ldy int)

@@ -212,13 +212,16 @@ func matMulQ0Asm(t Type, y []float32, ldy int, w []byte, rowBytes int, xq []byte
 	// Activation scales of a token chunk, block-major (xs[b·tc + k] for token t0+k), so
 	// that a tile finds the scales of its tokens side by side.
 	chunk := max(q0tC, min(T, q0tChunkBytes/xRowBytes/q0tC*q0tC))
-	need := nb * (chunk + 1 + q0tR*q0tC)
+	need := nb * (chunk + 1 + q0tR*q0tC + q0tR)
 	if cap(*bp) < need {
 		*bp = make([]float32, need)
 	}
 	xs := (*bp)[:nb*chunk]
 	tmp := (*bp)[nb*chunk : nb*(chunk+1)]
-	p := (*bp)[nb*(chunk+1) : need]
+	p := (*bp)[nb*(chunk+1) : nb*(chunk+1+q0tR*q0tC)]
+	dws := (*bp)[nb*(chunk+1+q0tR*q0tC) : need]
+	// Q8_0 with AVX-512 VNNI: 4 rows × 6 activation rows per ZMM tile (q0tile512_amd64.s)
+	wide := t == Q8_0 && use512() && useVNNI()
 	for t0 := 0; t0 < T; t0 += chunk {
 		tc := min(chunk, T-t0)
 		for k := 0; k < tc; k++ {
@@ -234,7 +237,18 @@ func matMulQ0Asm(t Type, y []float32, ldy int, w []byte, rowBytes int, xq []byte
 			if r1-r < q0tR {
 				R = 1
 			}
-			for k := 0; k < tc; k += q0tC {
+			k := 0
+			if wide && R == q0tR && tc >= 6 {
+				for b := 0; b < nb; b++ {
+					for i := 0; i < q0tR; i++ {
+						dws[q0tR*b+i] = halfToFloat(le16(w[(r+i)*rowBytes+b*BlockBytesQ8_0:]))
+					}
+				}
+				for ; k+6 <= tc; k += 6 {
+					q0tQ8Z4x6(&w[r*rowBytes], rowBytes, &x0[k*xRowBytes], xRowBytes, &xs[k], 4*tc, &dws[0], nb, &y0[k*ldy+r], ldy)
+				}
+			}
+			for ; k < tc; k += q0tC {
 				C := min(q0tC, tc-k)
 				tile(R, C, &w[r*rowBytes], &x0[k*xRowBytes], &xs[k], tc, p, &y0[k*ldy+r])
 			}
