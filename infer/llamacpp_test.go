@@ -106,6 +106,12 @@ func parityCases() []parityCase {
 				tied:  c.name == "mixed" && (arch == "qwen3" || arch == "llama")})
 		}
 	}
+	// MoE experts in the 32-element repacked types, which run MatMulRepack's batched kernels
+	// (gemm order, equal to ggml's per-token gemv for activations from QuantizeRowQ8_0)
+	cs = append(cs, parityCase{name: "qwen3moe/q4_0-experts", arch: "qwen3moe", types: map[string]gguf.GGMLType{
+		"default": gguf.TypeQ8_0, "ffn_gate_exps": gguf.TypeQ4_0, "ffn_up_exps": gguf.TypeIQ4_NL, "ffn_down_exps": gguf.TypeQ4_0,
+		"output": gguf.TypeF16,
+	}})
 	// RoPE variants read from metadata, at full precision
 	cs = append(cs,
 		parityCase{name: "qwen3/f32-yarn", arch: "qwen3", types: typesAll(gguf.TypeF32), exact: true,

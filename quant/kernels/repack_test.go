@@ -649,3 +649,39 @@ func TestRepackVNNITiles(t *testing.T) {
 		}
 	}
 }
+
+// TestRepackGemmIsGemvForQ8_0Acts: for Q4_0 and IQ4_NL the gemm and gemv orders differ only
+// for an activation quant of −128 against a negative weight value, which QuantizeRowQ8_0 never
+// writes; so with its activations MatMulRepack (gemm order, VNNI or AVX2) equals
+// MatVecRepack (gemv order) token by token, bit for bit. infer relies on this to batch the
+// tokens of a MoE expert, whose llama.cpp kernel is the per-token gemv.
+func TestRepackGemmIsGemvForQ8_0Acts(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		r := newRNG(47)
+		for _, wt := range []Type{Q4_0, IQ4_NL} {
+			for _, n := range []int{32, 256, 4128} {
+				for _, rows := range []int{8, 16, 40} {
+					for _, heavy := range []bool{false, true} {
+						c := newRepackCase(r, wt, n, rows, 9, heavy, false)
+						mm := make([]float32, c.nx*rows)
+						if err := MatMulRepack(wt, mm, rows, c.w, c.rowBytes, c.xq, c.xRow, c.nx, 0, rows); err != nil {
+							t.Fatal(err)
+						}
+						mv := make([]float32, rows)
+						for k := 0; k < c.nx; k++ {
+							if err := MatVecRepack(wt, mv, c.w, c.rowBytes, c.act(k), 0, rows); err != nil {
+								t.Fatal(err)
+							}
+							for i := range mv {
+								if !repackSame(mm[k*rows+i], mv[i]) {
+									t.Fatalf("%s n=%d rows=%d act %d row %d: MatMulRepack %g (%#x), MatVecRepack %g (%#x)", repackTypeName(wt), n, rows,
+										k, i, mm[k*rows+i], math.Float32bits(mm[k*rows+i]), mv[i], math.Float32bits(mv[i]))
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	})
+}
