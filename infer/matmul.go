@@ -125,26 +125,13 @@ func (s *Session) matmul(l *linear, e int, x []float32, T int, y []float32) {
 			return kernels.MatMulRepack(rt, y, out, w, l.rowBytes, a, ab, T, lo, hi)
 		})
 		return
-	case rt != 0 && rt != kernels.Q4_K:
-		// MoE expert stacks of Q4_0/IQ4_NL: ggml's mul_mat_id runs the gemv kernel per token.
-		// For these types the gemm order is the gemv order (one FMA per block and output on
-		// the same integer sum) except for an activation quant of −128 against a negative
-		// weight, which QuantizeRowQ8_0 never writes; so MatMulRepack's batched kernels give
-		// the gemv bits here.
-		rows(func(w []byte, lo, hi int) error {
-			return kernels.MatMulRepack(rt, y, out, w, l.rowBytes, a, ab, T, lo, hi)
-		})
-		return
 	case rt != 0:
-		// MoE expert stacks of Q4_K: ggml's mul_mat_id runs the gemv kernel per token (its
-		// gemm order differs), whose per-row order MatVecRepack reproduces for several rows.
+		// MoE expert stacks of a repacked type: ggml's mul_mat_id runs the gemv kernel per
+		// token. MatMulRepackGemv gives those bits for several tokens at once (Q4_K in gemv
+		// order; Q4_0/IQ4_NL through the gemm kernels, equal to the gemv for activations from
+		// QuantizeRowQ8_0, which never writes −128).
 		rows(func(w []byte, lo, hi int) error {
-			for t := 0; t < T; t++ {
-				if err := kernels.MatVecRepack(rt, y[t*out:(t+1)*out], w, l.rowBytes, a[t*ab:(t+1)*ab], lo, hi); err != nil {
-					return err
-				}
-			}
-			return nil
+			return kernels.MatMulRepackGemv(rt, y, out, w, l.rowBytes, a, ab, T, lo, hi)
 		})
 		return
 	}

@@ -135,3 +135,8 @@ func q4KGemmTile16x4VNNI(wt *byte, sm *int32, dd *float32, nb int, x *byte, xStr
 //
 //go:noescape
 func q0tQ8Z4x6(w *byte, rowBytes int, x *byte, xRowBytes int, xs *float32, xsStride int, dws *float32, nb int, y *float32, ldy int)
+
+// q4KGemvTile16x4VNNI is q4KGemmTile16x4VNNI in ggml's gemv order (one FMA per super-block).
+//
+//go:noescape
+func q4KGemvTile16x4VNNI(wt *byte, sm *int32, dd *float32, nb int, x *byte, xStride int, pk *int32, dx *float32, out *float32, ldOut int)

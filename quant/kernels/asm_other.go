@@ -62,3 +62,6 @@ func q4KGemmTile16x4VNNI(wt *byte, sm *int32, dd *float32, nb int, x *byte, xStr
 func q0tQ8Z4x6(w *byte, rowBytes int, x *byte, xRowBytes int, xs *float32, xsStride int, dws *float32, nb int, y *float32, ldy int) {
 	panic(noAsm)
 }
+func q4KGemvTile16x4VNNI(wt *byte, sm *int32, dd *float32, nb int, x *byte, xStride int, pk *int32, dx *float32, out *float32, ldOut int) {
+	panic(noAsm)
+}

@@ -203,46 +203,90 @@ func matVecRepack(t Type, out []float32, w []byte, rowBytes int, xq []byte, nb, 
 // of 4 activation rows. To reproduce llama.cpp, nx must be the whole src1 plane of the
 // mul_mat (the ubatch's token count), since the grouping into 4s starts at its first row.
 func MatMulRepack(t Type, out []float32, ldOut int, w []byte, rowBytes int, xq []byte, xStride, nx, r0, r1 int) error {
-	nb, err := checkRepackArgs("MatMulRepack", t, w, rowBytes, xq)
-	if err != nil {
+	nb, err := checkMatMulRepack("MatMulRepack", t, out, ldOut, w, rowBytes, xq, xStride, nx, r0, r1)
+	if err != nil || nx == 0 || r0 == r1 {
 		return err
 	}
+	matMulRepack(t, out, ldOut, w, rowBytes, xq, xStride, nx, nb, r0, r1)
+	return nil
+}
+
+// MatMulRepackGemv computes nx activation rows against weight rows [r0, r1) like
+// MatMulRepack, but every output in ggml's gemv order: what llama.cpp's mul_mat_id computes
+// row by row for repacked MoE experts. Q4_K runs 4 activation rows at a time where the CPU has
+// AVX-512 VNNI (the rest through MatVecRepack). For Q4_0 and IQ4_NL the gemv and gemm orders
+// agree whenever no activation quant is −128 (QuantizeRowQ8_0 never writes one), which this
+// function requires of them; it then runs MatMulRepack's kernels.
+func MatMulRepackGemv(t Type, out []float32, ldOut int, w []byte, rowBytes int, xq []byte, xStride, nx, r0, r1 int) error {
+	nb, err := checkMatMulRepack("MatMulRepackGemv", t, out, ldOut, w, rowBytes, xq, xStride, nx, r0, r1)
+	if err != nil || nx == 0 || r0 == r1 {
+		return err
+	}
+	if t != Q4_K {
+		matMulRepack(t, out, ldOut, w, rowBytes, xq, xStride, nx, nb, r0, r1)
+		return nil
+	}
+	g := 0
+	if useVNNI() && have512 {
+		g = nx - nx%4
+		if g > 0 {
+			matMulQ4KVNNI(out, ldOut, w, rowBytes, xq, xStride, g, nb, r0, r1, true)
+		}
+	}
+	for k := g; k < nx; k++ {
+		matVecRepack(t, out[k*ldOut:], w, rowBytes, xq[k*xStride:], nb, r0, r1)
+	}
+	return nil
+}
+
+// checkMatMulRepack validates the arguments of MatMulRepack and MatMulRepackGemv and returns
+// the blocks per row.
+func checkMatMulRepack(name string, t Type, out []float32, ldOut int, w []byte, rowBytes int, xq []byte, xStride, nx, r0, r1 int) (int, error) {
+	nb, err := checkRepackArgs(name, t, w, rowBytes, xq)
+	if err != nil {
+		return 0, err
+	}
 	if nx < 0 {
-		return fmt.Errorf("kernels: MatMulRepack: negative activation row count %d", nx)
+		return 0, fmt.Errorf("kernels: %s: negative activation row count %d", name, nx)
 	}
 	if r0 < 0 || r1 < r0 {
-		return fmt.Errorf("kernels: MatMulRepack: invalid row range [%d, %d)", r0, r1)
+		return 0, fmt.Errorf("kernels: %s: invalid row range [%d, %d)", name, r0, r1)
 	}
 	if r1 > 0 && len(w)/rowBytes < r1 {
-		return fmt.Errorf("kernels: MatMulRepack: weights hold %d rows of %d bytes, row range ends at %d", len(w)/rowBytes, rowBytes, r1)
+		return 0, fmt.Errorf("kernels: %s: weights hold %d rows of %d bytes, row range ends at %d", name, len(w)/rowBytes, rowBytes, r1)
 	}
 	if nx == 0 || r0 == r1 {
-		return nil
+		return nb, nil
 	}
 	_, ab, _, _ := repackGeom(t)
 	xRow := nb * ab
 	if nx > 1 {
 		if xStride < xRow {
-			return fmt.Errorf("kernels: MatMulRepack: activation stride %d is less than the %d bytes of a row", xStride, xRow)
+			return 0, fmt.Errorf("kernels: %s: activation stride %d is less than the %d bytes of a row", name, xStride, xRow)
 		}
 		if ldOut < r1 {
-			return fmt.Errorf("kernels: MatMulRepack: output stride %d is less than the row range end %d", ldOut, r1)
+			return 0, fmt.Errorf("kernels: %s: output stride %d is less than the row range end %d", name, ldOut, r1)
 		}
 		// (nx−1)·stride + size ≤ len, compared by division to avoid overflow.
 		if (len(xq)-xRow)/xStride < nx-1 {
-			return fmt.Errorf("kernels: MatMulRepack: %d activation bytes hold fewer than %d rows %d bytes apart", len(xq), nx, xStride)
+			return 0, fmt.Errorf("kernels: %s: %d activation bytes hold fewer than %d rows %d bytes apart", name, len(xq), nx, xStride)
 		}
 		if len(out) < r1 || (len(out)-r1)/ldOut < nx-1 {
-			return fmt.Errorf("kernels: MatMulRepack: out has %d entries, %d rows of stride %d need %d", len(out), nx, ldOut, (nx-1)*ldOut+r1)
+			return 0, fmt.Errorf("kernels: %s: out has %d entries, %d rows of stride %d need %d", name, len(out), nx, ldOut, (nx-1)*ldOut+r1)
 		}
 	} else if len(out) < r1 {
-		return fmt.Errorf("kernels: MatMulRepack: out has %d entries, row range ends at %d", len(out), r1)
+		return 0, fmt.Errorf("kernels: %s: out has %d entries, row range ends at %d", name, len(out), r1)
 	}
+	return nb, nil
+}
+
+// matMulRepack is MatMulRepack after validation.
+func matMulRepack(t Type, out []float32, ldOut int, w []byte, rowBytes int, xq []byte, xStride, nx, nb, r0, r1 int) {
 	g := nx - nx%4
 	if g > 0 && t != Q4_K && useVNNI() {
 		matMulQ4VNNI(t, out, ldOut, w, rowBytes, xq, xStride, g, nb, r0, r1)
 	} else if g > 0 && t == Q4_K && useVNNI() && have512 {
-		matMulQ4KVNNI(out, ldOut, w, rowBytes, xq, xStride, g, nb, r0, r1)
+		matMulQ4KVNNI(out, ldOut, w, rowBytes, xq, xStride, g, nb, r0, r1, false)
 	} else {
 		for k := 0; k < g; k += 4 {
 			matMul4Repack(t, out[k*ldOut:], ldOut, w, rowBytes, xq[k*xStride:], xStride, nb, r0, r1)
@@ -251,7 +295,6 @@ func MatMulRepack(t Type, out []float32, ldOut int, w []byte, rowBytes int, xq [
 	for k := g; k < nx; k++ {
 		matVecRepack(t, out[k*ldOut:], w, rowBytes, xq[k*xStride:], nb, r0, r1)
 	}
-	return nil
 }
 
 // preQ4KWords is the per-super-block size (in uint32 words) of the gemm Q4_K activation table: for each chunk

@@ -442,6 +442,18 @@ func checkOracle(t *testing.T, o *ggmlOracle, wt, at kernels.Type, w []byte, row
 			if pure {
 				t.Logf("gemm outputs bit-identical to gemv outputs: %d of %d", sameAsGemv, g*rows)
 			}
+			// MatMulRepackGemv against gemv for every activation row (these are quantized
+			// activations, so Q4_0/IQ4_NL qualify too).
+			mg := make([]float32, nx*rows)
+			if err := kernels.MatMulRepackGemv(wt, mg, rows, w, rowBytes, xq, xRow, nx, 0, rows); err != nil {
+				t.Fatal(err)
+			}
+			for i, want := range gemvOut {
+				if !bitsEqual(mg[i], want) {
+					t.Fatalf("%s: MatMulRepackGemv act %d row %d: %.9g (%#x), ggml gemv %.9g (%#x)",
+						implName(pure), i/rows, i%rows, mg[i], math.Float32bits(mg[i]), want, math.Float32bits(want))
+				}
+			}
 		})
 	}
 }
@@ -560,6 +572,19 @@ func TestRepackMatchesLlamaCppRawBytes(t *testing.T) {
 							t.Fatalf("%s %s: act %d row %d: MatMulRepack %.9g (%#x), ggml %.9g (%#x)", typeName(wt), implName(pure), k, r,
 								got, math.Float32bits(got), want, math.Float32bits(want))
 						}
+					}
+				}
+				if wt != kernels.Q4_K {
+					return // MatMulRepackGemv requires activation quants above −128 for these
+				}
+				mg := make([]float32, nx*rows)
+				if err := kernels.MatMulRepackGemv(wt, mg, rows, w, rowBytes, xq, xRow, nx, 0, rows); err != nil {
+					t.Fatal(err)
+				}
+				for i, want := range gemv {
+					if !bitsEqual(mg[i], want) {
+						t.Fatalf("%s %s: MatMulRepackGemv act %d row %d: %.9g (%#x), ggml gemv %.9g (%#x)", typeName(wt), implName(pure),
+							i/rows, i%rows, mg[i], math.Float32bits(mg[i]), want, math.Float32bits(want))
 					}
 				}
 			})

@@ -650,6 +650,52 @@ func TestRepackVNNITiles(t *testing.T) {
 	}
 }
 
+// TestMatMulRepackGemv: MatMulRepackGemv equals MatVecRepack token by token, bit for bit:
+// Q4_K for any activation bytes (raw ones too) over row ranges that use the 16-row VNNI tiles
+// and the MatVecRepack tail, Q4_0/IQ4_NL for quantized activations; and it rejects what
+// MatMulRepack rejects.
+func TestMatMulRepackGemv(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		r := newRNG(53)
+		for _, wt := range []Type{Q4_K, Q4_0, IQ4_NL} {
+			n := 1024
+			for _, shape := range [][3]int{{16, 4, 0}, {24, 9, 0}, {29, 13, 3}, {40, 6, 5}} {
+				rows, nx, r0 := shape[0], shape[1], shape[2]
+				for variant := 0; variant < 3; variant++ {
+					if variant == 2 && wt != Q4_K {
+						continue
+					}
+					c := newRepackCase(r, wt, n, rows, nx, variant == 1, variant == 2)
+					mg := make([]float32, nx*rows)
+					if err := MatMulRepackGemv(wt, mg, rows, c.w, c.rowBytes, c.xq, c.xRow, nx, r0, rows); err != nil {
+						t.Fatal(err)
+					}
+					mv := make([]float32, rows)
+					for k := 0; k < nx; k++ {
+						if err := MatVecRepack(wt, mv, c.w, c.rowBytes, c.act(k), r0, rows); err != nil {
+							t.Fatal(err)
+						}
+						for i := r0; i < rows; i++ {
+							if !repackSame(mg[k*rows+i], mv[i]) {
+								t.Fatalf("%s rows=%d nx=%d r0=%d variant %d: act %d row %d: MatMulRepackGemv %g (%#x), MatVecRepack %g (%#x)",
+									repackTypeName(wt), rows, nx, r0, variant, k, i, mg[k*rows+i], math.Float32bits(mg[k*rows+i]), mv[i], math.Float32bits(mv[i]))
+							}
+						}
+					}
+				}
+			}
+		}
+		c := newRepackCase(r, Q4_K, 256, 9, 6, false, false)
+		out := make([]float32, 6*9)
+		if err := MatMulRepackGemv(Q4_K, out, 8, c.w, c.rowBytes, c.xq, c.xRow, 6, 0, 9); err == nil {
+			t.Error("MatMulRepackGemv accepted an output stride below the row range end")
+		}
+		if err := MatMulRepackGemv(Q8_0, out, 9, c.w, c.rowBytes, c.xq, c.xRow, 6, 0, 9); err == nil {
+			t.Error("MatMulRepackGemv accepted an unsupported type")
+		}
+	})
+}
+
 // TestRepackGemmIsGemvForQ8_0Acts: for Q4_0 and IQ4_NL the gemm and gemv orders differ only
 // for an activation quant of −128 against a negative weight value, which QuantizeRowQ8_0 never
 // writes; so with its activations MatMulRepack (gemm order, VNNI or AVX2) equals

@@ -106,7 +106,10 @@ func matMulQ4VNNI(t Type, out []float32, ldOut int, w []byte, rowBytes int, xq [
 // transposed once per call, VPDPBUSD per 32-element sub-block with each row in its own lane,
 // then the sub-block scales, the mins against the activation pair sums, and the two FMA
 // chains per 64-element chunk), the remaining rows with matMul4Repack.
-func matMulQ4KVNNI(out []float32, ldOut int, w []byte, rowBytes int, xq []byte, xStride, g, nb, r0, r1 int) {
+//
+// With gemv set, every output follows ggml's gemv order instead (one FMA per super-block and
+// chain; q4KGemvTile16x4VNNI), the remaining rows MatVecRepack's.
+func matMulQ4KVNNI(out []float32, ldOut int, w []byte, rowBytes int, xq []byte, xStride, g, nb, r0, r1 int, gemv bool) {
 	buf := vnniPool.Get().(*vnniBuf)
 	defer vnniPool.Put(buf)
 	// per group of 4 activation rows and super-block: the pair sums P_j (32 words), d_x (4)
@@ -146,12 +149,22 @@ func matMulQ4KVNNI(out []float32, ldOut int, w []byte, rowBytes int, xq []byte, 
 		}
 		for k := 0; k < g; k += 4 {
 			q := k / 4
-			q4KGemmTile16x4VNNI(&buf.wt[0], &buf.sm[0], &buf.dws[0], nb, &xq[k*xStride], xStride, &pk[q*nb*32], &dx[q*nb*4], &out[k*ldOut+r], ldOut)
+			if gemv {
+				q4KGemvTile16x4VNNI(&buf.wt[0], &buf.sm[0], &buf.dws[0], nb, &xq[k*xStride], xStride, &pk[q*nb*32], &dx[q*nb*4], &out[k*ldOut+r], ldOut)
+			} else {
+				q4KGemmTile16x4VNNI(&buf.wt[0], &buf.sm[0], &buf.dws[0], nb, &xq[k*xStride], xStride, &pk[q*nb*32], &dx[q*nb*4], &out[k*ldOut+r], ldOut)
+			}
 		}
 	}
 	if r < r1 {
 		for k := 0; k < g; k += 4 {
-			matMul4Repack(Q4_K, out[k*ldOut:], ldOut, w, rowBytes, xq[k*xStride:], xStride, nb, r, r1)
+			if gemv {
+				for kk := k; kk < k+4; kk++ {
+					matVecRepack(Q4_K, out[kk*ldOut:], w, rowBytes, xq[kk*xStride:], nb, r, r1)
+				}
+			} else {
+				matMul4Repack(Q4_K, out[k*ldOut:], ldOut, w, rowBytes, xq[k*xStride:], xStride, nb, r, r1)
+			}
 		}
 	}
 }

@@ -462,3 +462,127 @@ kzloop:
 	VMOVUPS Z3, (AX)
 	VZEROUPPER
 	RET
+
+// ---------------------------------------------------------------------------------------
+// Q4_K · Q8_K in gemv order (one FMA per super-block and chain) for 4 activation rows at
+// once: what ggml's per-row gemv computes, batched (MoE experts).
+
+// Chunk c's isum contribution, added into Z24..Z27.
+#define KCHUNKADD(c) \
+	KW(2*c)                                   \
+	KDOT(R8, 2*c, Z16, Z17)                   \
+	KDOT(R9, 2*c, Z18, Z19)                   \
+	KDOT(R10, 2*c, Z20, Z21)                  \
+	KDOT(R11, 2*c, Z22, Z23)                  \
+	VPMULLD (128*c)(SI), Z16, Z16             \
+	VPMULLD (128*c)(SI), Z18, Z18             \
+	VPMULLD (128*c)(SI), Z20, Z20             \
+	VPMULLD (128*c)(SI), Z22, Z22             \
+	VPADDD  Z16, Z24, Z24                     \
+	VPADDD  Z18, Z25, Z25                     \
+	VPADDD  Z20, Z26, Z26                     \
+	VPADDD  Z22, Z27, Z27                     \
+	KW(2*c+1)                                 \
+	KDOT(R8, 2*c+1, Z16, Z17)                 \
+	KDOT(R9, 2*c+1, Z18, Z19)                 \
+	KDOT(R10, 2*c+1, Z20, Z21)                \
+	KDOT(R11, 2*c+1, Z22, Z23)                \
+	VPMULLD (128*c+64)(SI), Z16, Z16          \
+	VPMULLD (128*c+64)(SI), Z18, Z18          \
+	VPMULLD (128*c+64)(SI), Z20, Z20          \
+	VPMULLD (128*c+64)(SI), Z22, Z22          \
+	VPADDD  Z16, Z24, Z24                     \
+	VPADDD  Z18, Z25, Z25                     \
+	VPADDD  Z20, Z26, Z26                     \
+	VPADDD  Z22, Z27, Z27
+
+// m_j·P_j of token t added into Z30 (j ≥ 1).
+#define KMINJ(t, j) \
+	VPBROADCASTD (32*t+4*j)(R12), Z31         \
+	VPMULLD      (512+64*j)(SI), Z31, Z31     \
+	VPADDD       Z31, Z30, Z30
+
+// The super-block's float steps for token t: acc_t = fma(float32(isum), d·dx_t, acc_t),
+// accm_t = fma(float32(Σ_j m_j·P_j), dmin·dx_t, accm_t).
+#define KGEMVFLOAT(t, isum, acc, accm) \
+	VCVTDQ2PS    isum, isum                      \
+	VBROADCASTSS (4*t)(R13), Z28                 \
+	VMULPS       (DX), Z28, Z29                  \
+	VFMADD231PS  Z29, isum, acc                  \
+	VPBROADCASTD (32*t)(R12), Z30                \
+	VPMULLD      512(SI), Z30, Z30               \
+	KMINJ(t, 1)                                  \
+	KMINJ(t, 2)                                  \
+	KMINJ(t, 3)                                  \
+	KMINJ(t, 4)                                  \
+	KMINJ(t, 5)                                  \
+	KMINJ(t, 6)                                  \
+	KMINJ(t, 7)                                  \
+	VCVTDQ2PS    Z30, Z30                        \
+	VMULPS       64(DX), Z28, Z29                \
+	VFMADD231PS  Z29, Z30, accm
+
+// func q4KGemvTile16x4VNNI(wt *byte, sm *int32, dd *float32, nb int, x *byte, xStride int, pk *int32, dx *float32, out *float32, ldOut int)
+// q4KGemmTile16x4VNNI's arguments and layout, in gemv order.
+TEXT ·q4KGemvTile16x4VNNI(SB), NOSPLIT, $0-80
+	MOVQ   wt+0(FP), DI
+	MOVQ   sm+8(FP), SI
+	MOVQ   dd+16(FP), DX
+	MOVQ   nb+24(FP), CX
+	MOVQ   x+32(FP), R8
+	MOVQ   xStride+40(FP), AX
+	LEAQ   (R8)(AX*1), R9
+	LEAQ   (R9)(AX*1), R10
+	LEAQ   (R10)(AX*1), R11
+	MOVQ   pk+48(FP), R12
+	MOVQ   dx+56(FP), R13
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+
+kvloop:
+	VPXORD Z24, Z24, Z24
+	VPXORD Z25, Z25, Z25
+	VPXORD Z26, Z26, Z26
+	VPXORD Z27, Z27, Z27
+	KCHUNKADD(0)
+	KCHUNKADD(1)
+	KCHUNKADD(2)
+	KCHUNKADD(3)
+	KGEMVFLOAT(0, Z24, Z0, Z4)
+	KGEMVFLOAT(1, Z25, Z1, Z5)
+	KGEMVFLOAT(2, Z26, Z2, Z6)
+	KGEMVFLOAT(3, Z27, Z3, Z7)
+	ADDQ $4096, DI
+	ADDQ $1024, SI
+	ADDQ $128, DX
+	ADDQ $292, R8
+	ADDQ $292, R9
+	ADDQ $292, R10
+	ADDQ $292, R11
+	ADDQ $128, R12
+	ADDQ $16, R13
+	DECQ CX
+	JNZ  kvloop
+
+	MOVQ    out+64(FP), AX
+	MOVQ    ldOut+72(FP), BX
+	SHLQ    $2, BX
+	VSUBPS  Z4, Z0, Z0
+	VSUBPS  Z5, Z1, Z1
+	VSUBPS  Z6, Z2, Z2
+	VSUBPS  Z7, Z3, Z3
+	VMOVUPS Z0, (AX)
+	ADDQ    BX, AX
+	VMOVUPS Z1, (AX)
+	ADDQ    BX, AX
+	VMOVUPS Z2, (AX)
+	ADDQ    BX, AX
+	VMOVUPS Z3, (AX)
+	VZEROUPPER
+	RET
