@@ -104,16 +104,12 @@ var haveVNNI = haveAsm && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.H
 //go:noescape
 func q4Transpose8AVX2(w *byte, rowBytes int, nb int, lut *byte, dst *byte, kStride, bStride int)
 
-// q4GemmTile16x4VNNI is q4GemmTile8x4VNNI for 16 rows in ZMM lanes.
+// q4GemmTile16x4VNNI writes the gemm-order outputs of a transposed 16-row Q4_0/IQ4_NL tile
+// with 4 Q8_0 activation rows to out[t·ldOut + j].
 //
 //go:noescape
 func q4GemmTile16x4VNNI(wt *byte, dws *float32, nb int, x *byte, xStride int, pre *int32, dx *float32, out *float32, ldOut int)
 
-// q4GemmTile8x4VNNI writes the gemm-order outputs of a transposed 8-row tile with 4 Q8_0
-// activation rows to out[t·ldOut + j].
-//
-//go:noescape
-func q4GemmTile8x4VNNI(wt *byte, dws *float32, nb int, x *byte, xStride int, pre *int32, dx *float32, out *float32, ldOut int)
 
 // q8SumsAVX2 writes −off·Σqs and d of the nb Q8_0 blocks at x to pre[4b] and dx[4b].
 //

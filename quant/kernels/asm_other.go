@@ -50,9 +50,6 @@ func q4Transpose8AVX2(w *byte, rowBytes int, nb int, lut *byte, dst *byte, kStri
 func q4GemmTile16x4VNNI(wt *byte, dws *float32, nb int, x *byte, xStride int, pre *int32, dx *float32, out *float32, ldOut int) {
 	panic(noAsm)
 }
-func q4GemmTile8x4VNNI(wt *byte, dws *float32, nb int, x *byte, xStride int, pre *int32, dx *float32, out *float32, ldOut int) {
-	panic(noAsm)
-}
 func q8SumsAVX2(x *byte, nb int, off int32, pre *int32, dx *float32) { panic(noAsm) }
 
 func q4KTranspose8AVX2(w *byte, rowBytes int, nb int, dst *byte, kStride, bStride int) { panic(noAsm) }

@@ -609,8 +609,8 @@ func TestRepackHandBlock(t *testing.T) {
 	_ = fmt.Sprint()
 }
 
-// TestRepackVNNITiles: MatMulRepack with the VNNI tiles (16 rows in ZMM lanes, for Q4_0 and
-// IQ4_NL also 8 in YMM; AVX2 kernels for the rest) equals the AVX2 path bit for bit over row
+// TestRepackVNNITiles: MatMulRepack with the VNNI tiles (16 rows in ZMM lanes, AVX2 kernels
+// for the rest) equals the AVX2 path bit for bit over row
 // ranges that use every tile combination and start off a tile boundary, for Q4_0, IQ4_NL and
 // Q4_K, random, heavy-tailed and raw bytes (activation quants of −128, wrapping pair sums).
 func TestRepackVNNITiles(t *testing.T) {

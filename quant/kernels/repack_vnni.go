@@ -7,7 +7,7 @@ import (
 
 // The VNNI gemm-order path of MatMulRepack for Q4_0 and IQ4_NL (repack_vnni_amd64.s). The
 // gemm order's float step is one FMA per block and output, so any layout that forms each
-// output's exact integer block sum gives the same bits. Here a tile of 8 weight rows is
+// output's exact integer block sum gives the same bits. Here a tile of 16 weight rows is
 // decoded and transposed once per call, and each group of 4 activation rows is multiplied
 // with VPDPBUSD, one lane per weight row, instead of one horizontal reduction per output.
 
@@ -54,8 +54,8 @@ func tileScales(dws []float32, w []byte, rowBytes, nb, r, n int) {
 }
 
 // matMulQ4VNNI computes activation rows [0, g) (g a multiple of 4) against weight rows
-// [r0, r1) of a Q4_0 or IQ4_NL matrix in gemm order: tiles of 8 rows with the VNNI kernel,
-// the remaining rows with matMul4Repack. With AVX-512F, tiles of 16 rows use ZMM lanes.
+// [r0, r1) of a Q4_0 or IQ4_NL matrix in gemm order: tiles of 16 rows in ZMM lanes,
+// the remaining rows with matMul4Repack.
 func matMulQ4VNNI(t Type, out []float32, ldOut int, w []byte, rowBytes int, xq []byte, xStride, g, nb, r0, r1 int) {
 	lut, off := &repackUQ4_0, int32(8)
 	if t != Q4_0 {
@@ -75,22 +75,13 @@ func matMulQ4VNNI(t Type, out []float32, ldOut int, w []byte, rowBytes int, xq [
 	buf.dws = grow(buf.dws, 16*nb)
 	dws := buf.dws
 	r := r0
-	// 16-row tiles in ZMM lanes, then at most one 8-row tile in YMM lanes
-	for ; r+16 <= r1 && have512; r += 16 {
+	for ; r+16 <= r1; r += 16 {
 		q4Transpose8AVX2(&w[r*rowBytes], rowBytes, nb, &lut[0], &buf.wt[0], 64, 512)
 		q4Transpose8AVX2(&w[(r+8)*rowBytes], rowBytes, nb, &lut[0], &buf.wt[32], 64, 512)
 		tileScales(dws, w, rowBytes, nb, r, 16)
 		for k := 0; k < g; k += 4 {
 			q := k / 4
 			q4GemmTile16x4VNNI(&buf.wt[0], &dws[0], nb, &xq[k*xStride], xStride, &pre[q*nb*4], &dx[q*nb*4], &out[k*ldOut+r], ldOut)
-		}
-	}
-	for ; r+8 <= r1; r += 8 {
-		q4Transpose8AVX2(&w[r*rowBytes], rowBytes, nb, &lut[0], &buf.wt[0], 32, 256)
-		tileScales(dws, w, rowBytes, nb, r, 8)
-		for k := 0; k < g; k += 4 {
-			q := k / 4
-			q4GemmTile8x4VNNI(&buf.wt[0], &dws[0], nb, &xq[k*xStride], xStride, &pre[q*nb*4], &dx[q*nb*4], &out[k*ldOut+r], ldOut)
 		}
 	}
 	r8 := r

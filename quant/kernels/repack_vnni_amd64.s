@@ -3,6 +3,61 @@
 #include "textflag.h"
 #include "transpose_amd64.h"
 
+// The Q4_K tiles' arguments (q4KGemmTile16x4VNNI's layout) into registers; zero the
+// acc (Z0–Z3) and accm (Z4–Z7) chains.
+#define KTILE_ENTER \
+	MOVQ   wt+0(FP), DI \
+	MOVQ   sm+8(FP), SI \
+	MOVQ   dd+16(FP), DX \
+	MOVQ   nb+24(FP), CX \
+	MOVQ   x+32(FP), R8 \
+	MOVQ   xStride+40(FP), AX \
+	LEAQ   (R8)(AX*1), R9 \
+	LEAQ   (R9)(AX*1), R10 \
+	LEAQ   (R10)(AX*1), R11 \
+	MOVQ   pk+48(FP), R12 \
+	MOVQ   dx+56(FP), R13 \
+	VPXORD Z0, Z0, Z0 \
+	VPXORD Z1, Z1, Z1 \
+	VPXORD Z2, Z2, Z2 \
+	VPXORD Z3, Z3, Z3 \
+	VPXORD Z4, Z4, Z4 \
+	VPXORD Z5, Z5, Z5 \
+	VPXORD Z6, Z6, Z6 \
+	VPXORD Z7, Z7, Z7
+
+// Advance every pointer by one super-block and count it.
+#define KTILE_NEXT \
+	ADDQ $4096, DI \
+	ADDQ $1024, SI \
+	ADDQ $128, DX \
+	ADDQ $292, R8 \
+	ADDQ $292, R9 \
+	ADDQ $292, R10 \
+	ADDQ $292, R11 \
+	ADDQ $128, R12 \
+	ADDQ $16, R13 \
+	DECQ CX
+
+// out[t·ldOut + j] = acc_t − accm_t, then return.
+#define KTILE_EXIT \
+	MOVQ    out+64(FP), AX \
+	MOVQ    ldOut+72(FP), BX \
+	SHLQ    $2, BX \
+	VSUBPS  Z4, Z0, Z0 \
+	VSUBPS  Z5, Z1, Z1 \
+	VSUBPS  Z6, Z2, Z2 \
+	VSUBPS  Z7, Z3, Z3 \
+	VMOVUPS Z0, (AX) \
+	ADDQ    BX, AX \
+	VMOVUPS Z1, (AX) \
+	ADDQ    BX, AX \
+	VMOVUPS Z2, (AX) \
+	ADDQ    BX, AX \
+	VMOVUPS Z3, (AX) \
+	VZEROUPPER \
+	RET
+
 // Q4_0 / IQ4_NL · Q8_0 in gemm order with AVX-512 VNNI (repack_vnni.go). A tile of 8 weight
 // rows is decoded once into unsigned bytes u = v(q) + off and transposed so that register k
 // holds bytes 4k..4k+3 of every row (lane j = row j); then VPDPBUSD against the broadcast
@@ -68,80 +123,6 @@ tloop:
 DATA rvn_nib<>+0(SB)/1, $0x0f
 GLOBL rvn_nib<>(SB), RODATA|NOPTR, $1
 
-// One activation row t (its Q8_0 block at xr) against the 8 transposed dwords Y8..Y15:
-// acc += float32(pre[t] + Σu·x) · (dws · dx[t]), pre[t] = −off·Σx. Two isum chains (a, b)
-// halve the latency.
-#define TOK(xr, t, a, b, acc) \
-	VPBROADCASTD  (4*t)(R12), a           \
-	VPXORD        b, b, b                 \
-	VPDPBUSD.BCST 2(xr), Y8, a            \
-	VPDPBUSD.BCST 6(xr), Y9, b            \
-	VPDPBUSD.BCST 10(xr), Y10, a          \
-	VPDPBUSD.BCST 14(xr), Y11, b          \
-	VPDPBUSD.BCST 18(xr), Y12, a          \
-	VPDPBUSD.BCST 22(xr), Y13, b          \
-	VPDPBUSD.BCST 26(xr), Y14, a          \
-	VPDPBUSD.BCST 30(xr), Y15, b          \
-	VPADDD        b, a, a                 \
-	VCVTDQ2PS     a, a                    \
-	VMULPS.BCST   (4*t)(R13), Y28, b      \
-	VFMADD231PS   b, a, acc
-
-// func q4GemmTile8x4VNNI(wt *byte, dws *float32, nb int, x *byte, xStride int, pre *int32, dx *float32, out *float32, ldOut int)
-TEXT ·q4GemmTile8x4VNNI(SB), NOSPLIT, $0-72
-	MOVQ   wt+0(FP), DI
-	MOVQ   dws+8(FP), SI
-	MOVQ   nb+16(FP), CX
-	MOVQ   x+24(FP), R8
-	MOVQ   xStride+32(FP), AX
-	LEAQ   (R8)(AX*1), R9
-	LEAQ   (R9)(AX*1), R10
-	LEAQ   (R10)(AX*1), R11
-	MOVQ   pre+40(FP), R12
-	MOVQ   dx+48(FP), R13
-	VPXORD Y16, Y16, Y16
-	VPXORD Y17, Y17, Y17
-	VPXORD Y18, Y18, Y18
-	VPXORD Y19, Y19, Y19
-
-gloop:
-	VMOVDQU 0(DI), Y8
-	VMOVDQU 32(DI), Y9
-	VMOVDQU 64(DI), Y10
-	VMOVDQU 96(DI), Y11
-	VMOVDQU 128(DI), Y12
-	VMOVDQU 160(DI), Y13
-	VMOVDQU 192(DI), Y14
-	VMOVDQU 224(DI), Y15
-	VMOVUPS (SI), Y28
-	TOK(R8, 0, Y20, Y21, Y16)
-	TOK(R9, 1, Y22, Y23, Y17)
-	TOK(R10, 2, Y24, Y25, Y18)
-	TOK(R11, 3, Y26, Y27, Y19)
-	ADDQ $256, DI
-	ADDQ $32, SI
-	ADDQ $34, R8
-	ADDQ $34, R9
-	ADDQ $34, R10
-	ADDQ $34, R11
-	ADDQ $16, R12
-	ADDQ $16, R13
-	DECQ CX
-	JNZ  gloop
-
-	MOVQ    out+56(FP), AX
-	MOVQ    ldOut+64(FP), BX
-	SHLQ    $2, BX
-	VMOVUPS Y16, (AX)
-	ADDQ    BX, AX
-	VMOVUPS Y17, (AX)
-	ADDQ    BX, AX
-	VMOVUPS Y18, (AX)
-	ADDQ    BX, AX
-	VMOVUPS Y19, (AX)
-	VZEROUPPER
-	RET
-
 DATA rvn_x80<>+0(SB)/1, $0x80
 GLOBL rvn_x80<>(SB), RODATA|NOPTR, $1
 
@@ -182,7 +163,9 @@ sloop:
 	VZEROUPPER
 	RET
 
-// The TOK step of q4GemmTile16x4VNNI: 16 weight rows in ZMM lanes (W in Z8..Z15, d in Z28).
+// One activation row t (its Q8_0 block at xr) against the 16 rows' transposed dwords
+// Z8..Z15: acc += float32(pre[t] + Σu·x) · (dws · dx[t]), pre[t] = −off·Σx. Two isum chains
+// (a, b) halve the latency.
 #define TOK16(xr, t, a, b, acc) \
 	VPBROADCASTD  (4*t)(R12), a           \
 	VPXORD        b, b, b                 \
@@ -200,7 +183,8 @@ sloop:
 	VFMADD231PS   b, a, acc
 
 // func q4GemmTile16x4VNNI(wt *byte, dws *float32, nb int, x *byte, xStride int, pre *int32, dx *float32, out *float32, ldOut int)
-// q4GemmTile8x4VNNI for a tile of 16 rows (512 transposed bytes and 16 scales per block).
+// A tile of 16 rows (512 transposed bytes and 16 row scales per block) against 4 Q8_0
+// activation rows (pre, dx: per block 4 entries) in gemm order, into out[t·ldOut + j].
 TEXT ·q4GemmTile16x4VNNI(SB), NOSPLIT, $0-72
 	MOVQ   wt+0(FP), DI
 	MOVQ   dws+8(FP), SI
@@ -409,59 +393,17 @@ ktloop:
 // 8 pair sums P_j of each row, 128 bytes; dx: their d, 16 bytes) in gemm order, into
 // out[t·ldOut + j] = acc − accm.
 TEXT ·q4KGemmTile16x4VNNI(SB), NOSPLIT, $0-80
-	MOVQ   wt+0(FP), DI
-	MOVQ   sm+8(FP), SI
-	MOVQ   dd+16(FP), DX
-	MOVQ   nb+24(FP), CX
-	MOVQ   x+32(FP), R8
-	MOVQ   xStride+40(FP), AX
-	LEAQ   (R8)(AX*1), R9
-	LEAQ   (R9)(AX*1), R10
-	LEAQ   (R10)(AX*1), R11
-	MOVQ   pk+48(FP), R12
-	MOVQ   dx+56(FP), R13
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
+	KTILE_ENTER
 
 kzloop:
 	KCHUNK(0)
 	KCHUNK(1)
 	KCHUNK(2)
 	KCHUNK(3)
-	ADDQ $4096, DI
-	ADDQ $1024, SI
-	ADDQ $128, DX
-	ADDQ $292, R8
-	ADDQ $292, R9
-	ADDQ $292, R10
-	ADDQ $292, R11
-	ADDQ $128, R12
-	ADDQ $16, R13
-	DECQ CX
+	KTILE_NEXT
 	JNZ  kzloop
 
-	MOVQ    out+64(FP), AX
-	MOVQ    ldOut+72(FP), BX
-	SHLQ    $2, BX
-	VSUBPS  Z4, Z0, Z0
-	VSUBPS  Z5, Z1, Z1
-	VSUBPS  Z6, Z2, Z2
-	VSUBPS  Z7, Z3, Z3
-	VMOVUPS Z0, (AX)
-	ADDQ    BX, AX
-	VMOVUPS Z1, (AX)
-	ADDQ    BX, AX
-	VMOVUPS Z2, (AX)
-	ADDQ    BX, AX
-	VMOVUPS Z3, (AX)
-	VZEROUPPER
-	RET
+	KTILE_EXIT
 
 // ---------------------------------------------------------------------------------------
 // Q4_K · Q8_K in gemv order (one FMA per super-block and chain) for 4 activation rows at
@@ -525,25 +467,7 @@ kzloop:
 // func q4KGemvTile16x4VNNI(wt *byte, sm *int32, dd *float32, nb int, x *byte, xStride int, pk *int32, dx *float32, out *float32, ldOut int)
 // q4KGemmTile16x4VNNI's arguments and layout, in gemv order.
 TEXT ·q4KGemvTile16x4VNNI(SB), NOSPLIT, $0-80
-	MOVQ   wt+0(FP), DI
-	MOVQ   sm+8(FP), SI
-	MOVQ   dd+16(FP), DX
-	MOVQ   nb+24(FP), CX
-	MOVQ   x+32(FP), R8
-	MOVQ   xStride+40(FP), AX
-	LEAQ   (R8)(AX*1), R9
-	LEAQ   (R9)(AX*1), R10
-	LEAQ   (R10)(AX*1), R11
-	MOVQ   pk+48(FP), R12
-	MOVQ   dx+56(FP), R13
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
+	KTILE_ENTER
 
 kvloop:
 	VPXORD Z24, Z24, Z24
@@ -558,31 +482,7 @@ kvloop:
 	KGEMVFLOAT(1, Z25, Z1, Z5)
 	KGEMVFLOAT(2, Z26, Z2, Z6)
 	KGEMVFLOAT(3, Z27, Z3, Z7)
-	ADDQ $4096, DI
-	ADDQ $1024, SI
-	ADDQ $128, DX
-	ADDQ $292, R8
-	ADDQ $292, R9
-	ADDQ $292, R10
-	ADDQ $292, R11
-	ADDQ $128, R12
-	ADDQ $16, R13
-	DECQ CX
+	KTILE_NEXT
 	JNZ  kvloop
 
-	MOVQ    out+64(FP), AX
-	MOVQ    ldOut+72(FP), BX
-	SHLQ    $2, BX
-	VSUBPS  Z4, Z0, Z0
-	VSUBPS  Z5, Z1, Z1
-	VSUBPS  Z6, Z2, Z2
-	VSUBPS  Z7, Z3, Z3
-	VMOVUPS Z0, (AX)
-	ADDQ    BX, AX
-	VMOVUPS Z1, (AX)
-	ADDQ    BX, AX
-	VMOVUPS Z2, (AX)
-	ADDQ    BX, AX
-	VMOVUPS Z3, (AX)
-	VZEROUPPER
-	RET
+	KTILE_EXIT
