@@ -338,30 +338,33 @@ ktloop:
 	VMOVDQU32 (512*(j)+384)(DI), Z14  \
 	VMOVDQU32 (512*(j)+448)(DI), Z15
 
-// The 64-element chunk c for the 4 tokens: isum_t = sc_2c·Σq·x + sc_2c+1·Σq·x into Z24+t.
-#define KCHUNKSUMS(c) \
-	KW(2*c)                                   \
-	KDOT(R8, 2*c, Z16, Z17)                   \
-	KDOT(R9, 2*c, Z18, Z19)                   \
-	KDOT(R10, 2*c, Z20, Z21)                  \
-	KDOT(R11, 2*c, Z22, Z23)                  \
-	VPMULLD (128*c)(SI), Z16, Z24             \
-	VPMULLD (128*c)(SI), Z18, Z25             \
-	VPMULLD (128*c)(SI), Z20, Z26             \
-	VPMULLD (128*c)(SI), Z22, Z27             \
-	KW(2*c+1)                                 \
-	KDOT(R8, 2*c+1, Z16, Z17)                 \
-	KDOT(R9, 2*c+1, Z18, Z19)                 \
-	KDOT(R10, 2*c+1, Z20, Z21)                \
-	KDOT(R11, 2*c+1, Z22, Z23)                \
-	VPMULLD (128*c+64)(SI), Z16, Z16          \
-	VPMULLD (128*c+64)(SI), Z18, Z18          \
-	VPMULLD (128*c+64)(SI), Z20, Z20          \
-	VPMULLD (128*c+64)(SI), Z22, Z22          \
+// Sub-block j for the 4 tokens: sc_j·Σq·x added into Z24..Z27 (sc_j at scoff(SI)).
+#define KSUBADD(j, scoff) \
+	KW(j)                                     \
+	KDOT(R8, j, Z16, Z17)                     \
+	KDOT(R9, j, Z18, Z19)                     \
+	KDOT(R10, j, Z20, Z21)                    \
+	KDOT(R11, j, Z22, Z23)                    \
+	VPMULLD scoff(SI), Z16, Z16               \
+	VPMULLD scoff(SI), Z18, Z18               \
+	VPMULLD scoff(SI), Z20, Z20               \
+	VPMULLD scoff(SI), Z22, Z22               \
 	VPADDD  Z16, Z24, Z24                     \
 	VPADDD  Z18, Z25, Z25                     \
 	VPADDD  Z20, Z26, Z26                     \
 	VPADDD  Z22, Z27, Z27
+
+// Chunk c's isum_t = sc_2c·Σq·x + sc_2c+1·Σq·x added into Z24..Z27.
+#define KCHUNKADD(c) \
+	KSUBADD(2*c, (128*c))                     \
+	KSUBADD(2*c+1, (128*c+64))
+
+// Zero the isum accumulators Z24..Z27.
+#define KZEROSUMS \
+	VPXORD Z24, Z24, Z24 \
+	VPXORD Z25, Z25, Z25 \
+	VPXORD Z26, Z26, Z26 \
+	VPXORD Z27, Z27, Z27
 
 // The float steps of chunk c for token t: acc_t = fma(float32(isum), d·dx_t, acc_t) and
 // accm_t = fma(float32(m_2c·P_2c + m_2c+1·P_2c+1), dmin·dx_t, accm_t).
@@ -380,7 +383,8 @@ ktloop:
 	VFMADD231PS  Z29, Z30, accm
 
 #define KCHUNK(c) \
-	KCHUNKSUMS(c)                    \
+	KZEROSUMS                        \
+	KCHUNKADD(c)                     \
 	KFLOAT(c, 0, Z24, Z0, Z4)        \
 	KFLOAT(c, 1, Z25, Z1, Z5)        \
 	KFLOAT(c, 2, Z26, Z2, Z6)        \
@@ -408,35 +412,6 @@ kzloop:
 // ---------------------------------------------------------------------------------------
 // Q4_K · Q8_K in gemv order (one FMA per super-block and chain) for 4 activation rows at
 // once: what ggml's per-row gemv computes, batched (MoE experts).
-
-// Chunk c's isum contribution, added into Z24..Z27.
-#define KCHUNKADD(c) \
-	KW(2*c)                                   \
-	KDOT(R8, 2*c, Z16, Z17)                   \
-	KDOT(R9, 2*c, Z18, Z19)                   \
-	KDOT(R10, 2*c, Z20, Z21)                  \
-	KDOT(R11, 2*c, Z22, Z23)                  \
-	VPMULLD (128*c)(SI), Z16, Z16             \
-	VPMULLD (128*c)(SI), Z18, Z18             \
-	VPMULLD (128*c)(SI), Z20, Z20             \
-	VPMULLD (128*c)(SI), Z22, Z22             \
-	VPADDD  Z16, Z24, Z24                     \
-	VPADDD  Z18, Z25, Z25                     \
-	VPADDD  Z20, Z26, Z26                     \
-	VPADDD  Z22, Z27, Z27                     \
-	KW(2*c+1)                                 \
-	KDOT(R8, 2*c+1, Z16, Z17)                 \
-	KDOT(R9, 2*c+1, Z18, Z19)                 \
-	KDOT(R10, 2*c+1, Z20, Z21)                \
-	KDOT(R11, 2*c+1, Z22, Z23)                \
-	VPMULLD (128*c+64)(SI), Z16, Z16          \
-	VPMULLD (128*c+64)(SI), Z18, Z18          \
-	VPMULLD (128*c+64)(SI), Z20, Z20          \
-	VPMULLD (128*c+64)(SI), Z22, Z22          \
-	VPADDD  Z16, Z24, Z24                     \
-	VPADDD  Z18, Z25, Z25                     \
-	VPADDD  Z20, Z26, Z26                     \
-	VPADDD  Z22, Z27, Z27
 
 // m_j·P_j of token t added into Z30 (j ≥ 1).
 #define KMINJ(t, j) \
@@ -470,10 +445,7 @@ TEXT ·q4KGemvTile16x4VNNI(SB), NOSPLIT, $0-80
 	KTILE_ENTER
 
 kvloop:
-	VPXORD Z24, Z24, Z24
-	VPXORD Z25, Z25, Z25
-	VPXORD Z26, Z26, Z26
-	VPXORD Z27, Z27, Z27
+	KZEROSUMS
 	KCHUNKADD(0)
 	KCHUNKADD(1)
 	KCHUNKADD(2)
