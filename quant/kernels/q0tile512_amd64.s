@@ -1,6 +1,7 @@
 //go:build amd64 && !purego
 
 #include "textflag.h"
+#include "zmm_amd64.h"
 
 // Q8_0·Q8_0 tile of 4 weight rows × 6 activation rows with AVX-512 VNNI (q0tile512.go). Each
 // output keeps the 8-lane accumulator of DotQ8_0Q8_0 (ggml's AVX2 vec_dot order, tinyBLAS's
@@ -82,18 +83,7 @@ TEXT ·q0tQ8Z4x6(SB), NOSPLIT, $0-80
 	MOVQ   nb+56(FP), CX
 	VPBROADCASTB q5x80<>(SB), Z17
 	VPXORD Z18, Z18, Z18
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	VPXORD Z8, Z8, Z8
-	VPXORD Z9, Z9, Z9
-	VPXORD Z10, Z10, Z10
-	VPXORD Z11, Z11, Z11
+	ZERO_Z0_Z11
 
 z6loop:
 	XPAIR(2(DI), 2(DI)(R12*1), 0, Z12, Y12, Z20, Y20, Y29)

@@ -1,6 +1,7 @@
 //go:build amd64 && !purego
 
 #include "textflag.h"
+#include "zmm_amd64.h"
 
 // 6×32 SGEMM micro-kernel for AVX-512F: the 6×16 kernel of sgemm_amd64.s widened to two
 // adjacent packed B panels (panel 1 starts pstride bytes after panel 0). Every C element is
@@ -55,18 +56,7 @@ TEXT ·sgemmKernel6x32AVX512(SB), NOSPLIT, $0-57
 	SHLQ   $2, R9
 	LEAQ   (AX)(R9*2), R11
 	ADDQ   R9, R11
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	VPXORD Z8, Z8, Z8
-	VPXORD Z9, Z9, Z9
-	VPXORD Z10, Z10, Z10
-	VPXORD Z11, Z11, Z11
+	ZERO_Z0_Z11
 	CMPQ   CX, $4
 	JLT    g5tail
 
