@@ -110,7 +110,6 @@ func q4Transpose8AVX2(w *byte, rowBytes int, nb int, lut *byte, dst *byte, kStri
 //go:noescape
 func q4GemmTile16x4VNNI(wt *byte, dws *float32, nb int, x *byte, xStride int, pre *int32, dx *float32, out *float32, ldOut int)
 
-
 // q8SumsAVX2 writes −off·Σqs and d of the nb Q8_0 blocks at x to pre[4b] and dx[4b].
 //
 //go:noescape
