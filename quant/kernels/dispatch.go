@@ -20,7 +20,10 @@ func UsingAsm() bool { return haveAsm && !forcePure.Load() }
 // Implementation names the kernel set in use, for logs and benchmark reports.
 func Implementation() string {
 	if UsingAsm() {
-		if use512() {
+		switch {
+		case use512() && useVNNI():
+			return "amd64 AVX2+FMA+F16C assembly, AVX-512 VNNI batch kernels and SGEMM"
+		case use512():
 			return "amd64 AVX2+FMA+F16C assembly, AVX-512F SGEMM"
 		}
 		return "amd64 AVX2+FMA+F16C assembly"
