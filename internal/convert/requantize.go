@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"github.com/tq-project/tq/quant/kernels"
 	"io"
 	"math"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/tq-project/tq/internal/convert/policy"
 	"github.com/tq-project/tq/internal/modelsrc"
 	"github.com/tq-project/tq/quant"
+	"github.com/tq-project/tq/quant/kernels"
 )
 
 // RequantizeOptions adds llama-quantize's options to Options for GGUF -> GGUF.

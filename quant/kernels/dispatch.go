@@ -21,7 +21,7 @@ func UsingAsm() bool { return haveAsm && !forcePure.Load() }
 func Implementation() string {
 	if UsingAsm() {
 		switch {
-		case use512() && useVNNI():
+		case useVNNI():
 			return "amd64 AVX2+FMA+F16C assembly, AVX-512 VNNI batch kernels and SGEMM"
 		case use512():
 			return "amd64 AVX2+FMA+F16C assembly, AVX-512F SGEMM"

@@ -221,7 +221,7 @@ func matMulQ0Asm(t Type, y []float32, ldy int, w []byte, rowBytes int, xq []byte
 	p := (*bp)[nb*(chunk+1) : nb*(chunk+1+q0tR*q0tC)]
 	dws := (*bp)[nb*(chunk+1+q0tR*q0tC) : need]
 	// Q8_0 with AVX-512 VNNI: 4 rows × 6 activation rows per ZMM tile (q0tile512_amd64.s)
-	wide := t == Q8_0 && use512() && useVNNI()
+	wide := t == Q8_0 && useVNNI()
 	for t0 := 0; t0 < T; t0 += chunk {
 		tc := min(chunk, T-t0)
 		for k := 0; k < tc; k++ {

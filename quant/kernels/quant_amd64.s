@@ -91,34 +91,47 @@ GLOBL ones16<>(SB), RODATA|NOPTR, $2
 	VMAXPS  Y5, Y4, Y4  \
 	HMAX4
 
+// The arguments of the Q8_0 quantizers (dst, x, nb) and their constants: Y15 abs mask,
+// X14 127.0, Y13 the pack permutation, X12 zero.
+#define Q80ENTER \
+	MOVQ dst+0(FP), DI              \
+	MOVQ x+8(FP), SI                \
+	MOVQ nb+16(FP), CX              \
+	VBROADCASTSS absmask<>(SB), Y15 \
+	VMOVSS       f127<>(SB), X14    \
+	VMOVDQU      packperm<>(SB), Y13 \
+	VXORPS       X12, X12, X12
+
+// d = amax/127 (X5, from X4) stored as fp16 (round to nearest even) at 0(DI).
+#define Q80STORED \
+	VDIVSS    X14, X4, X5 \
+	VCVTPS2PH $0, X5, X6  \
+	VMOVD     X6, AX      \
+	MOVW      AX, 0(DI)
+
+// Y0..Y3 ·= Y6.
+#define SCALE32 \
+	VMULPS Y6, Y0, Y0 \
+	VMULPS Y6, Y1, Y1 \
+	VMULPS Y6, Y2, Y2 \
+	VMULPS Y6, Y3, Y3
+
 // func quantizeQ8_0RefAVX2(dst *byte, x *float32, nb int)
 // quantize_row_q8_0_ref: d = amax/127 (stored as fp16), id = d != 0 ? 1/d : 0 from the
 // float32 d, q = roundf(x·id) (half away from zero). The caller guarantees finite input.
 TEXT ·quantizeQ8_0RefAVX2(SB), NOSPLIT, $0-24
-	MOVQ dst+0(FP), DI
-	MOVQ x+8(FP), SI
-	MOVQ nb+16(FP), CX
-	VBROADCASTSS absmask<>(SB), Y15
-	VMOVSS       f127<>(SB), X14
-	VMOVDQU      packperm<>(SB), Y13
-	VXORPS       X12, X12, X12
+	Q80ENTER
 	VBROADCASTSS fone<>(SB), Y10
 	VBROADCASTSS fhalf<>(SB), Y11
 
 q80rloop:
 	AMAX32
-	VDIVSS       X14, X4, X5          // d = amax/127
-	VCVTPS2PH    $0, X5, X6
-	VMOVD        X6, AX
-	MOVW         AX, 0(DI)
+	Q80STORED
 	VDIVSS       X5, X10, X6          // id = 1/d
 	VCMPSS       $4, X12, X5, X7      // d != 0
 	VANDPS       X7, X6, X6
 	VBROADCASTSS X6, Y6
-	VMULPS       Y6, Y0, Y0
-	VMULPS       Y6, Y1, Y1
-	VMULPS       Y6, Y2, Y2
-	VMULPS       Y6, Y3, Y3
+	SCALE32
 	ROUNDAWAY(Y0, Y7, Y8)
 	ROUNDAWAY(Y1, Y7, Y8)
 	ROUNDAWAY(Y2, Y7, Y8)
@@ -134,22 +147,11 @@ q80rloop:
 
 // func quantizeQ8_0AVX2(dst *byte, x *float32, nb int)
 TEXT ·quantizeQ8_0AVX2(SB), NOSPLIT, $0-24
-	MOVQ dst+0(FP), DI
-	MOVQ x+8(FP), SI
-	MOVQ nb+16(FP), CX
-	VBROADCASTSS absmask<>(SB), Y15
-	VMOVSS       f127<>(SB), X14
-	VMOVDQU      packperm<>(SB), Y13
-	VXORPS       X12, X12, X12
+	Q80ENTER
 
 q80loop:
 	AMAX32
-
-	// d = amax/127 stored as fp16 (round to nearest even).
-	VDIVSS    X14, X4, X5
-	VCVTPS2PH $0, X5, X6
-	VMOVD     X6, AX
-	MOVW      AX, 0(DI)
+	Q80STORED
 
 	// id = amax != 0 ? 127/amax : 0
 	VDIVSS       X4, X14, X6
@@ -157,10 +159,7 @@ q80loop:
 	VANDPS       X7, X6, X6
 	VBROADCASTSS X6, Y6
 
-	VMULPS Y6, Y0, Y0
-	VMULPS Y6, Y1, Y1
-	VMULPS Y6, Y2, Y2
-	VMULPS Y6, Y3, Y3
+	SCALE32
 	PACK32
 	VMOVDQU Y0, 2(DI)
 

@@ -227,7 +227,7 @@ func MatMulRepackGemv(t Type, out []float32, ldOut int, w []byte, rowBytes int, 
 		return nil
 	}
 	g := 0
-	if useVNNI() && have512 {
+	if useVNNI() {
 		g = nx - nx%4
 		if g > 0 {
 			matMulQ4KVNNI(out, ldOut, w, rowBytes, xq, xStride, g, nb, r0, r1, true)
@@ -285,7 +285,7 @@ func matMulRepack(t Type, out []float32, ldOut int, w []byte, rowBytes int, xq [
 	g := nx - nx%4
 	if g > 0 && t != Q4_K && useVNNI() {
 		matMulQ4VNNI(t, out, ldOut, w, rowBytes, xq, xStride, g, nb, r0, r1)
-	} else if g > 0 && t == Q4_K && useVNNI() && have512 {
+	} else if g > 0 && t == Q4_K && useVNNI() {
 		matMulQ4KVNNI(out, ldOut, w, rowBytes, xq, xStride, g, nb, r0, r1, false)
 	} else {
 		for k := 0; k < g; k += 4 {

@@ -14,7 +14,8 @@ import (
 // vnniOff disables the VNNI kernels (tests compare them with the AVX2 ones).
 var vnniOff atomic.Bool
 
-// useVNNI reports whether the VNNI gemm kernels run.
+// useVNNI reports whether the VNNI kernels run (haveVNNI includes AVX-512F, VL and BW, so
+// they may use ZMM registers).
 func useVNNI() bool { return haveVNNI && useAsm() && !vnniOff.Load() }
 
 // repackUnsigned maps a nibble to v(q) + off as an unsigned byte: the Q4_0 nibble itself
@@ -48,7 +49,7 @@ func grow[T any](b []T, n int) []T {
 func tileScales(dws []float32, w []byte, rowBytes, nb, r, n int) {
 	for b := 0; b < nb; b++ {
 		for j := 0; j < n; j++ {
-			dws[n*b+j] = halfToFloat(le16(w[(r+j)*rowBytes+b*BlockBytesIQ4_NL:]))
+			dws[n*b+j] = halfToFloat(le16(w[(r+j)*rowBytes+b*BlockBytesQ4_0:])) // IQ4_NL blocks have the same size
 		}
 	}
 }
@@ -84,10 +85,9 @@ func matMulQ4VNNI(t Type, out []float32, ldOut int, w []byte, rowBytes int, xq [
 			q4GemmTile16x4VNNI(&buf.wt[0], &dws[0], nb, &xq[k*xStride], xStride, &pre[q*nb*4], &dx[q*nb*4], &out[k*ldOut+r], ldOut)
 		}
 	}
-	r8 := r
-	if r8 < r1 {
+	if r < r1 {
 		for k := 0; k < g; k += 4 {
-			matMul4Repack(t, out[k*ldOut:], ldOut, w, rowBytes, xq[k*xStride:], xStride, nb, r8, r1)
+			matMul4Repack(t, out[k*ldOut:], ldOut, w, rowBytes, xq[k*xStride:], xStride, nb, r, r1)
 		}
 	}
 }

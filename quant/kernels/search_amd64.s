@@ -38,6 +38,15 @@
 #define KOMIN 3392
 #define KL 3424
 
+// The float label of element BX for the lanes' iscale Y8 and minimum Y0: x from KX into Y4,
+// the label clamp(nearest_int(iscale·(x − min)), 0, nmax) as float into Y5.
+#define KXLABEL \
+	VMOVUPS   KX(DI)(BX*1), Y4 \
+	VSUBPS    Y0, Y4, Y5       \
+	VMULPS    Y5, Y8, Y5       \
+	NEAREST(Y5, Y11, Y12)      \
+	VCVTDQ2PS Y5, Y5
+
 // func qkxSearch8AVX2(s *QkxLanes, nmax int32, num *float32, nnum int, n int)
 TEXT ·qkxSearch8AVX2(SB), NOSPLIT, $0-40
 	MOVQ s+0(FP), DI
@@ -95,11 +104,7 @@ kxStatsDone:
 	XORQ         BX, BX
 
 kxFirst:
-	VMOVUPS   KX(DI)(BX*1), Y4
-	VSUBPS    Y0, Y4, Y5
-	VMULPS    Y5, Y8, Y5
-	NEAREST(Y5, Y11, Y12)
-	VCVTDQ2PS Y5, Y5
+	KXLABEL
 	VMULPS    Y5, Y7, Y5              // scale·l
 	VADDPS    Y0, Y5, Y5              // + min
 	VSUBPS    Y4, Y5, Y5              // − x
@@ -125,11 +130,7 @@ kxStep:
 	XORQ          BX, BX
 
 kxSums:
-	VMOVUPS   KX(DI)(BX*1), Y4
-	VSUBPS    Y0, Y4, Y5
-	VMULPS    Y5, Y8, Y5
-	NEAREST(Y5, Y11, Y12)
-	VCVTDQ2PS Y5, Y5
+	KXLABEL
 	VMOVUPS   Y5, KFL(DI)(BX*1)
 	VMULPS    KW(DI)(BX*1), Y5, Y6    // w·l
 	VADDPS    Y6, Y9, Y9

@@ -116,11 +116,11 @@ func packB(dst []float32, b []float32, ldb, j, nc, p, kc int) {
 	}
 }
 
-// avx512Off disables the AVX-512 kernels (tests compare them with the AVX2 ones).
+// avx512Off disables the AVX-512F SGEMM kernel (tests compare it with the AVX2 one).
 var avx512Off atomic.Bool
 
-// use512 reports whether the AVX-512 kernels run: the CPU has AVX-512F, the assembly is in
-// use and the tests have not turned them off.
+// use512 reports whether the AVX-512F SGEMM kernel runs: the CPU has AVX-512F, the assembly
+// is in use and the tests have not turned it off.
 func use512() bool { return have512 && useAsm() && !avx512Off.Load() }
 
 // sgemmPacked is the assembly path: pack B, then run the 6×16 micro-kernel (6×32 with
