@@ -115,6 +115,24 @@ func q4GemmTile16x4VNNI(wt *byte, dws *float32, nb int, x *byte, xStride int, pr
 //go:noescape
 func q8SumsAVX2(x *byte, nb int, off int32, pre *int32, dx *float32)
 
+// dotQ4Repack8RowsVNNI is dotQ4Repack8RowsAVX2 with one VPDPBUSD per row: ulut maps a
+// nibble to v + off unsigned, pd[4b] = −off·Σx and pd[4b+1] = d_x's float32 bits
+// (q8SumsAVX2 with dx = pd[1:]). Exact for activations without −128 (q8HasMin).
+//
+//go:noescape
+func dotQ4Repack8RowsVNNI(w *byte, stride int, x *byte, pd *int32, nb int, ulut *byte, out *float32)
+
+// dotQ4KRepack4RowsVNNI is dotQ4KRepack4RowsAVX2 with 512-bit chunks and VPDPWSSD
+// (repack_vnni_amd64.s); same bits.
+//
+//go:noescape
+func dotQ4KRepack4RowsVNNI(w *byte, stride int, x *byte, nb int, out *float32)
+
+// q8HasMin reports whether a quant of the nb Q8_0 blocks at x is −128.
+//
+//go:noescape
+func q8HasMin(x *byte, nb int) bool
+
 // q4KTranspose8AVX2 writes the quants of 8 Q4_K rows transposed (repack_vnni_amd64.s).
 //
 //go:noescape

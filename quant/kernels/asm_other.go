@@ -51,6 +51,13 @@ func q4GemmTile16x4VNNI(wt *byte, dws *float32, nb int, x *byte, xStride int, pr
 	panic(noAsm)
 }
 func q8SumsAVX2(x *byte, nb int, off int32, pre *int32, dx *float32) { panic(noAsm) }
+func dotQ4Repack8RowsVNNI(w *byte, stride int, x *byte, pd *int32, nb int, ulut *byte, out *float32) {
+	panic(noAsm)
+}
+func q8HasMin(x *byte, nb int) bool { panic(noAsm) }
+func dotQ4KRepack4RowsVNNI(w *byte, stride int, x *byte, nb int, out *float32) {
+	panic(noAsm)
+}
 
 func q4KTranspose8AVX2(w *byte, rowBytes int, nb int, dst *byte, kStride, bStride int) { panic(noAsm) }
 func q4KGemmTile16x4VNNI(wt *byte, sm *int32, dd *float32, nb int, x *byte, xStride int, pk *int32, dx *float32, out *float32, ldOut int) {

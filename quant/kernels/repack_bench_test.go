@@ -70,6 +70,19 @@ func BenchmarkRepackMatVec(b *testing.B) {
 				}
 			}
 		})
+		b.Run(name+"/repack-avx2", func(b *testing.B) {
+			if !useVNNI() {
+				b.Skip("no VNNI: repack is the AVX2 kernel")
+			}
+			vnniOff.Store(true)
+			defer vnniOff.Store(false)
+			b.SetBytes(size)
+			for i := 0; i < b.N; i++ {
+				if err := MatVecRepack(wt, out, mats[i%len(mats)], rowBytes, xq[:xRow], 0, rows); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 		b.Run(name+"/repack-1row", func(b *testing.B) {
 			dot := repackDot(wt)
 			b.SetBytes(size)

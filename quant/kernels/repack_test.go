@@ -731,3 +731,88 @@ func TestRepackGemmIsGemvForQ8_0Acts(t *testing.T) {
 		}
 	})
 }
+
+// TestMatVecRepackVNNI: MatVecRepack's VNNI gemv equals the AVX2 gemv bit for bit over row
+// ranges with 8-row (4 for Q4_K) groups and tails. Q4_0 and IQ4_NL (one VPDPBUSD per row
+// and block): quantized normal and heavy-tailed activations, raw bytes over the whole range
+// except −128 (every nibble, |x| = 127, the largest pair sums), and raw bytes with a single
+// −128 in the last block, where the VNNI form would differ and the AVX2 kernel must run
+// instead. Q4_K (512-bit chunks, VPDPWSSD): quantized, heavy-tailed and raw activations
+// (bsums over the whole int16 range), and rows of extreme nibbles and scales.
+func TestMatVecRepackVNNI(t *testing.T) {
+	if !useVNNI() {
+		t.Skip("no AVX-512 VNNI on this machine (or assembly off): only the AVX2 gemv runs")
+	}
+	defer vnniOff.Store(false)
+	r := newRNG(61)
+	for _, wt := range []Type{Q4_0, IQ4_NL, Q4_K} {
+		lengths := []int{32, 256, 4128}
+		if wt == Q4_K {
+			lengths = []int{256, 1024, 4352}
+		}
+		for _, n := range lengths {
+			nb := n / 32
+			for _, shape := range [][2]int{{8, 0}, {16, 0}, {29, 3}, {40, 5}} {
+				rows, r0 := shape[0], shape[1]
+				for variant := 0; variant < 5; variant++ {
+					c := newRepackCase(r, wt, n, rows, 1, variant == 1, variant >= 2)
+					x := c.xq[:c.xRow]
+					if wt == Q4_K {
+						if variant == 3 { // extremes: nibbles 0 or 15, scale bytes 0xff
+							for i := range c.w {
+								if i%BlockBytesQ4_K >= 4 {
+									c.w[i] = byte(0xff * ((i / c.rowBytes) % 2))
+								}
+							}
+						}
+						if variant > 3 {
+							continue
+						}
+					} else if variant >= 2 {
+						for b := 0; b < nb; b++ {
+							for i := 2; i < 34; i++ {
+								if x[b*34+i] == 0x80 {
+									x[b*34+i] = 0x81
+								}
+							}
+						}
+					}
+					switch variant {
+					case 3: // extremes: every weight byte 0xff/0x00 per row, |x| = 127
+						for i := range c.w {
+							if i%18 >= 2 {
+								c.w[i] = byte(0xff * ((i / c.rowBytes) % 2))
+							}
+						}
+						for b := 0; b < nb; b++ {
+							for i := 2; i < 34; i++ {
+								x[b*34+i] = byte(0x7f + 2*(i%2)) // 127, −127
+							}
+						}
+					case 4:
+						x[(nb-1)*34+2+r.IntN(32)] = 0x80
+					}
+					if wt == Q4_K {
+						// any activation bytes: the Q4_K kernels have no −128 exception
+					} else if got := q8HasMin(&x[0], nb); got != (variant == 4) {
+						t.Fatalf("q8HasMin = %v for variant %d", got, variant)
+					}
+					var res [2][]float32
+					for i, off := range []bool{true, false} {
+						vnniOff.Store(off)
+						res[i] = make([]float32, rows)
+						if err := MatVecRepack(wt, res[i], c.w, c.rowBytes, x, r0, rows); err != nil {
+							t.Fatal(err)
+						}
+					}
+					for i := r0; i < rows; i++ {
+						if !repackSame(res[0][i], res[1][i]) {
+							t.Fatalf("%s n=%d rows=%d r0=%d variant %d: row %d: AVX2 %g (%#x), VNNI %g (%#x)", repackTypeName(wt), n, rows, r0, variant,
+								i, res[0][i], math.Float32bits(res[0][i]), res[1][i], math.Float32bits(res[1][i]))
+						}
+					}
+				}
+			}
+		}
+	}
+}

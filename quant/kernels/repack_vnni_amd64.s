@@ -458,3 +458,318 @@ kvloop:
 	JNZ  kvloop
 
 	KTILE_EXIT
+
+// ---------------------------------------------------------------------------------------
+// Gemv order for one activation row, 8 weight rows per pass, in the rows' own layout.
+// ggml's gemv forms Σ|v|·sign(x, v) with VPSIGNB/VPABSB/VPMADDUBSW/VPMADDWD per row; here
+// one VPDPBUSD per row forms Σ u·x with u = v + off unsigned (repackUQ4_0 / repackUIQ4NL),
+// and pre[b] = −off·Σx (q8SumsAVX2) makes it the exact block sum Σ v·x. The two agree on
+// every activation except −128 (matVecRepack checks for it). The float steps are those of
+// dotQ4Repack8RowsAVX2.
+
+DATA rvn_hishift<>+0(SB)/8, $0
+DATA rvn_hishift<>+8(SB)/8, $0
+DATA rvn_hishift<>+16(SB)/8, $4
+DATA rvn_hishift<>+24(SB)/8, $4
+GLOBL rvn_hishift<>(SB), RODATA|NOPTR, $32
+
+// acc = Σ u·x over the 32 weights of the block at addr (x in Y1; clobbers nothing else).
+#define VROW(addr, acc) \
+	VBROADCASTI128 addr, acc \
+	VPSRLVQ        Y13, acc, acc \
+	VPAND          Y15, acc, acc \
+	VPSHUFB        acc, Y14, Y12 \
+	VPXOR          acc, acc, acc \
+	VPDPBUSD       Y1, Y12, acc
+
+// func dotQ4Repack8RowsVNNI(w *byte, stride int, x *byte, pd *int32, nb int, ulut *byte, out *float32)
+// pd[4b] = −off·Σx and pd[4b+1] = the float32 bits of d_x for activation block b (q8SumsAVX2
+// with dx = pd[1:]).
+TEXT ·dotQ4Repack8RowsVNNI(SB), NOSPLIT, $0-56
+	MOVQ           w+0(FP), R8
+	MOVQ           stride+8(FP), AX
+	LEAQ           (R8)(AX*2), R9
+	ADDQ           AX, R9 // row 3
+	LEAQ           (R9)(AX*2), R10
+	ADDQ           AX, R10 // row 6
+	LEAQ           (R8)(AX*8), R11 // next group: rows 8, 11, 14
+	LEAQ           (R9)(AX*8), R12
+	LEAQ           (R10)(AX*8), R13
+	MOVQ           x+16(FP), DI
+	MOVQ           pd+24(FP), SI
+	MOVQ           nb+32(FP), CX
+	MOVQ           ulut+40(FP), BX
+	VBROADCASTI128 (BX), Y14
+	VPBROADCASTB   rvn_nib<>(SB), Y15
+	VMOVDQU        rvn_hishift<>(SB), Y13
+	VXORPS         Y0, Y0, Y0
+
+v8loop:
+	PREFETCHT0 (R11)
+	PREFETCHT0 (R11)(AX*1)
+	PREFETCHT0 (R11)(AX*2)
+	PREFETCHT0 (R12)
+	PREFETCHT0 (R12)(AX*1)
+	PREFETCHT0 (R12)(AX*2)
+	PREFETCHT0 (R13)
+	PREFETCHT0 (R13)(AX*1)
+
+	VMOVDQU 2(DI), Y1
+	VROW(2(R8), Y2)
+	VROW(2(R8)(AX*1), Y3)
+	VROW(2(R8)(AX*2), Y4)
+	VROW(2(R9), Y5)
+	VROW(2(R9)(AX*1), Y6)
+	VROW(2(R9)(AX*2), Y7)
+	VROW(2(R10), Y8)
+	VROW(2(R10)(AX*1), Y9)
+	VPHADDD    Y3, Y2, Y2 // rows 0, 1
+	VPHADDD    Y5, Y4, Y4 // rows 2, 3
+	VPHADDD    Y4, Y2, Y2 // rows 0–3: [low halves | high halves]
+	VPHADDD    Y7, Y6, Y6 // rows 4, 5
+	VPHADDD    Y9, Y8, Y8 // rows 6, 7
+	VPHADDD    Y8, Y6, Y6 // rows 4–7
+	VPERM2I128 $0x20, Y6, Y2, Y4
+	VPERM2I128 $0x31, Y6, Y2, Y5
+	VPADDD     Y5, Y4, Y2
+	VPBROADCASTD (SI), Y3
+	VPADDD     Y3, Y2, Y2 // [isum0 … isum7]
+	VCVTDQ2PS  Y2, Y2
+
+	// the 8 rows' fp16 scales, gathered in general-purpose registers (off the vector ports)
+	MOVWLZX      (R8), BX
+	MOVWLZX      (R8)(AX*1), DX
+	SHLL         $16, DX
+	ORL          DX, BX
+	MOVWLZX      (R8)(AX*2), DX
+	SHLQ         $32, DX
+	ORQ          DX, BX
+	MOVWLZX      (R9), DX
+	SHLQ         $48, DX
+	ORQ          DX, BX
+	VMOVQ        BX, X7
+	MOVWLZX      (R9)(AX*1), BX
+	MOVWLZX      (R9)(AX*2), DX
+	SHLL         $16, DX
+	ORL          DX, BX
+	MOVWLZX      (R10), DX
+	SHLQ         $32, DX
+	ORQ          DX, BX
+	MOVWLZX      (R10)(AX*1), DX
+	SHLQ         $48, DX
+	ORQ          DX, BX
+	VPINSRQ      $1, BX, X7, X7
+	VCVTPH2PS    X7, Y7
+	VBROADCASTSS 4(SI), Y8
+	VMULPS       Y8, Y7, Y7
+	VFMADD231PS  Y7, Y2, Y0
+
+	ADDQ $18, R8
+	ADDQ $18, R9
+	ADDQ $18, R10
+	ADDQ $18, R11
+	ADDQ $18, R12
+	ADDQ $18, R13
+	ADDQ $34, DI
+	ADDQ $16, SI
+	DECQ CX
+	JNZ  v8loop
+
+	MOVQ       out+48(FP), BX
+	VMOVUPS    Y0, (BX)
+	VZEROUPPER
+	RET
+
+// func q8HasMin(x *byte, nb int) bool
+// Whether any quant of the nb Q8_0 blocks at x is −128.
+TEXT ·q8HasMin(SB), NOSPLIT, $0-17
+	MOVQ         x+0(FP), SI
+	MOVQ         nb+8(FP), CX
+	VPBROADCASTB rvn_x80<>(SB), Y15
+	VPXOR        Y14, Y14, Y14
+
+mloop:
+	VPCMPEQB     2(SI), Y15, Y0
+	VPOR         Y0, Y14, Y14
+	ADDQ         $34, SI
+	DECQ         CX
+	JNZ          mloop
+	VPTEST       Y14, Y14
+	SETNE        ret+16(FP)
+	VZEROUPPER
+	RET
+
+// ---------------------------------------------------------------------------------------
+// Q4_K · Q8_K gemv order, 4 rows per pass, with 512-bit registers: each 32-byte quant chunk
+// c is loaded once into both halves of a ZMM register, the high half shifted by 4, so one
+// register holds sub-block 2c (low nibbles) and 2c+1 (high nibbles) against the 64
+// contiguous activation quants of those sub-blocks: one VPMADDUBSW, one VPSHUFB for the two
+// scales and one VPDPWSSD (VPMADDWD + VPADDD) per 64 weights. The integer sum isum is exact,
+// so the float steps (those of dotQ4KRepack4RowsAVX2) give the same bits.
+
+// qword shift counts: low 256 bits unshifted, high 256 bits right by 4
+DATA rvn_hishift512<>+0(SB)/8, $0
+DATA rvn_hishift512<>+8(SB)/8, $0
+DATA rvn_hishift512<>+16(SB)/8, $0
+DATA rvn_hishift512<>+24(SB)/8, $0
+DATA rvn_hishift512<>+32(SB)/8, $4
+DATA rvn_hishift512<>+40(SB)/8, $4
+DATA rvn_hishift512<>+48(SB)/8, $4
+DATA rvn_hishift512<>+56(SB)/8, $4
+GLOBL rvn_hishift512<>(SB), RODATA|NOPTR, $64
+
+// rvn_kscale512<>+64c: VPSHUFB mask broadcasting int16 word 2c of each 128-bit lane to the
+// low 256 bits and word 2c+1 to the high 256 bits.
+#define KSC512(c, lo, hi) \
+	DATA rvn_kscale512<>+(64*(c))(SB)/8, lo \
+	DATA rvn_kscale512<>+(64*(c)+8)(SB)/8, lo \
+	DATA rvn_kscale512<>+(64*(c)+16)(SB)/8, lo \
+	DATA rvn_kscale512<>+(64*(c)+24)(SB)/8, lo \
+	DATA rvn_kscale512<>+(64*(c)+32)(SB)/8, hi \
+	DATA rvn_kscale512<>+(64*(c)+40)(SB)/8, hi \
+	DATA rvn_kscale512<>+(64*(c)+48)(SB)/8, hi \
+	DATA rvn_kscale512<>+(64*(c)+56)(SB)/8, hi
+
+KSC512(0, $0x0100010001000100, $0x0302030203020302)
+KSC512(1, $0x0504050405040504, $0x0706070607060706)
+KSC512(2, $0x0908090809080908, $0x0b0a0b0a0b0a0b0a)
+KSC512(3, $0x0d0c0d0c0d0c0d0c, $0x0f0e0f0e0f0e0f0e)
+GLOBL rvn_kscale512<>(SB), RODATA|NOPTR, $256
+
+// Decode the 12-byte Q4_K scales at 4(base): R9 = the 8 six-bit scales (bytes), DX = the 8
+// six-bit mins (bytes). Clobbers AX, BX, R8. (As KDEC in repack_amd64.s.)
+#define KDECZ(base) \
+	MOVL 4(base), AX        \
+	MOVL 8(base), BX        \
+	MOVL 12(base), DX       \
+	MOVL AX, R8             \
+	ANDL $0x3f3f3f3f, R8    \
+	MOVL DX, R9             \
+	ANDL $0x0f0f0f0f, R9    \
+	SHRL $2, AX             \
+	ANDL $0x30303030, AX    \
+	ORL  AX, R9             \
+	SHLQ $32, R9            \
+	ORQ  R8, R9             \
+	MOVL BX, R8             \
+	ANDL $0x3f3f3f3f, R8    \
+	SHRL $4, DX             \
+	ANDL $0x0f0f0f0f, DX    \
+	SHRL $2, BX             \
+	ANDL $0x30303030, BX    \
+	ORL  BX, DX             \
+	SHLQ $32, DX            \
+	ORQ  R8, DX
+
+// Chunk c of the row at base against the Q8_K quants at DI, added to Zacc (Z2 = the 8
+// scales as words in every 128-bit lane, Z16 = rvn_hishift512, Z17 = 0x0f bytes; clobbers
+// Z9, Z11).
+#define KCHUNKZ(c, base, zacc) \
+	VBROADCASTI64X4 (16+32*(c))(base), Z9            \
+	VPSRLVQ         Z16, Z9, Z9                      \
+	VPANDD          Z17, Z9, Z9                      \
+	VPMADDUBSW      (4+64*(c))(DI), Z9, Z9           \
+	VPSHUFB         rvn_kscale512<>+(64*(c))(SB), Z2, Z11 \
+	VPDPWSSD        Z11, Z9, zacc
+
+// yacc (the low half of zacc) = 8 int32 lanes summing to isum of the super-block at base with
+// the Q8_K block at DI; leaves the mins in DX (clobbers AX, BX, R8, R9, Z2, Z9, Z11).
+#define KROWZ(base, zacc, yacc, yt) \
+	KDECZ(base)                      \
+	VMOVQ           R9, X2           \
+	VPMOVZXBW       X2, X2           \
+	VSHUFI32X4      $0, Z2, Z2, Z2   \
+	VPXORD          zacc, zacc, zacc \
+	KCHUNKZ(0, base, zacc)           \
+	KCHUNKZ(1, base, zacc)           \
+	KCHUNKZ(2, base, zacc)           \
+	KCHUNKZ(3, base, zacc)           \
+	VEXTRACTI64X4   $1, zacc, yt     \
+	VPADDD          yt, yacc, yacc
+
+// func dotQ4KRepack4RowsVNNI(w *byte, stride int, x *byte, nb int, out *float32)
+TEXT ·dotQ4KRepack4RowsVNNI(SB), NOSPLIT, $0-40
+	MOVQ         w+0(FP), SI
+	MOVQ         stride+8(FP), AX
+	LEAQ         (SI)(AX*1), R11
+	LEAQ         (R11)(AX*1), R12
+	LEAQ         (R12)(AX*1), R13
+	LEAQ         (AX*4), R14
+	MOVQ         x+16(FP), DI
+	MOVQ         nb+24(FP), CX
+	VMOVDQU64    rvn_hishift512<>(SB), Z16
+	VPBROADCASTB rvn_nib<>(SB), Z17
+	VXORPS       X0, X0, X0 // acc, one lane per row
+	VXORPS       X1, X1, X1 // accm
+
+q4kz4loop:
+	PREFETCHT0 0(SI)(R14*1)
+	PREFETCHT0 64(SI)(R14*1)
+	PREFETCHT0 128(SI)(R14*1)
+	PREFETCHT0 0(R11)(R14*1)
+	PREFETCHT0 64(R11)(R14*1)
+	PREFETCHT0 128(R11)(R14*1)
+	PREFETCHT0 0(R12)(R14*1)
+	PREFETCHT0 64(R12)(R14*1)
+	PREFETCHT0 128(R12)(R14*1)
+	PREFETCHT0 0(R13)(R14*1)
+	PREFETCHT0 64(R13)(R14*1)
+	PREFETCHT0 128(R13)(R14*1)
+
+	// Shared per super-block: dx in Y7, the pair sums P_j in both lanes of Y14.
+	VBROADCASTSS 0(DI), Y7
+	VMOVDQU      260(DI), X4
+	VPHADDW      276(DI), X4, X4
+	VINSERTI128  $1, X4, Y4, Y14
+
+	// Rows 0–3, as dotQ4KRepack4RowsAVX2.
+	KROWZ(SI, Z13, Y13, Y10)
+	VMOVQ   DX, X6
+	VMOVD   0(SI), X3
+	KROWZ(R11, Z8, Y8, Y10)
+	VPINSRQ $1, DX, X6, X6
+	VPINSRD $1, 0(R11), X3, X3
+	VPHADDD Y8, Y13, Y13
+	KROWZ(R12, Z4, Y4, Y10)
+	VMOVQ   DX, X5
+	VPINSRD $2, 0(R12), X3, X3
+	KROWZ(R13, Z8, Y8, Y10)
+	VPINSRQ $1, DX, X5, X5
+	VPINSRD $3, 0(R13), X3, X3
+	VPHADDD Y8, Y4, Y4
+	VPHADDD Y4, Y13, Y13
+	VEXTRACTI128 $1, Y13, X4
+	VPADDD  X4, X13, X13 // [isum0 isum1 isum2 isum3]
+
+	VPMOVZXBW    X6, Y6
+	VPMADDWD     Y14, Y6, Y6
+	VPMOVZXBW    X5, Y5
+	VPMADDWD     Y14, Y5, Y5
+	VPHADDD      Y5, Y6, Y6
+	VPHADDD      Y6, Y6, Y6 // lanes: [m0 m2 m0 m2 | m1 m3 m1 m3]
+	VEXTRACTI128 $1, Y6, X5
+	VPUNPCKLDQ   X5, X6, X6 // [imin0 imin1 imin2 imin3]
+
+	VCVTPH2PS    X3, Y3 // [d0 dmin0 d1 dmin1 | d2 dmin2 d3 dmin3]
+	VMULPS       Y7, Y3, Y3
+	VEXTRACTF128 $1, Y3, X4
+	VSHUFPS      $0x88, X4, X3, X5 // d·dx per row
+	VSHUFPS      $0xdd, X4, X3, X4 // dmin·dx per row
+	VCVTDQ2PS    X13, X13
+	VFMADD231PS  X5, X13, X0
+	VCVTDQ2PS    X6, X6
+	VFMADD231PS  X4, X6, X1
+
+	ADDQ $144, SI
+	ADDQ $144, R11
+	ADDQ $144, R12
+	ADDQ $144, R13
+	ADDQ $292, DI
+	DECQ CX
+	JNZ  q4kz4loop
+
+	VSUBPS     X1, X0, X0
+	MOVQ       out+32(FP), AX
+	VMOVUPS    X0, (AX)
+	VZEROUPPER
+	RET
