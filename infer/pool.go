@@ -4,51 +4,109 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // pool is a persistent set of worker goroutines. run splits [0,n) into chunks that workers take
 // from a shared counter; the calling goroutine works too. A pool runs one job at a time (run is
 // serialised by a mutex), so several sessions may share a model's pool safely.
+//
+// A decode step is a chain of short jobs (one per projection, tens of microseconds each) with
+// a little serial work between them, so waking a parked goroutine for every job (a futex
+// wake-up, several microseconds, as long as a small job) would cost a large share of the
+// step. As ggml's thread pool does, a worker that has finished a job therefore spins on the
+// job counter for a while (spinFor) before it parks, and the caller spins for the workers'
+// completion; both yield the processor while spinning, so an oversubscribed machine still
+// makes progress.
 type pool struct {
-	n    int
-	mu   sync.Mutex
-	wake []chan *job
-	j    job
-	once sync.Once
-	quit chan struct{}
+	n       int
+	mu      sync.Mutex
+	workers []*poolWorker
+	gen     atomic.Uint64 // incremented to publish each job
+	j       job
+	once    sync.Once
+	quit    chan struct{}
+	exited  sync.WaitGroup // the workers
+}
+
+type poolWorker struct {
+	wake   chan struct{} // a token after a job was published while the worker was parked
+	parked atomic.Bool
 }
 
 type job struct {
-	fn    func(worker, lo, hi int)
-	n     int
-	chunk int
-	next  atomic.Int64
-	wg    sync.WaitGroup
+	fn      func(worker, lo, hi int)
+	n       int
+	chunk   int
+	next    atomic.Int64
+	pending atomic.Int32 // workers that have not finished the current job
 }
+
+// spinFor is how long an idle worker polls for the next job before it parks.
+const spinFor = 50 * time.Microsecond
 
 func newPool(threads int) *pool {
 	if threads <= 0 {
 		threads = runtime.NumCPU()
 	}
 	p := &pool{n: threads, quit: make(chan struct{})}
-	p.wake = make([]chan *job, threads-1)
-	for i := range p.wake {
-		c := make(chan *job, 1)
-		p.wake[i] = c
-		go p.worker(i+1, c)
+	p.workers = make([]*poolWorker, threads-1)
+	for i := range p.workers {
+		w := &poolWorker{wake: make(chan struct{}, 1)}
+		p.workers[i] = w
+		p.exited.Add(1)
+		go p.worker(i+1, w)
 	}
 	return p
 }
 
-func (p *pool) worker(id int, c chan *job) {
+func (p *pool) worker(id int, w *poolWorker) {
+	defer p.exited.Done()
+	var seen uint64
 	for {
-		select {
-		case j := <-c:
-			j.work(id)
-			j.wg.Done()
-		case <-p.quit:
-			return
+		g := p.gen.Load()
+		if g == seen {
+			if g = p.await(w, seen); g == 0 {
+				return
+			}
 		}
+		seen = g
+		p.j.work(id)
+		p.j.pending.Add(-1)
+	}
+}
+
+// await returns the next published job generation after seen, spinning for spinFor and then
+// parking until run wakes it; 0 when the pool is closed.
+func (p *pool) await(w *poolWorker, seen uint64) uint64 {
+	start := time.Now()
+	for i := 1; ; i++ {
+		if g := p.gen.Load(); g != seen {
+			return g
+		}
+		if i%64 == 0 {
+			if time.Since(start) > spinFor {
+				break
+			}
+			runtime.Gosched()
+		}
+	}
+	for {
+		w.parked.Store(true)
+		if g := p.gen.Load(); g != seen { // published before run could see parked
+			w.parked.Store(false)
+			return g
+		}
+		select {
+		case <-w.wake:
+		case <-p.quit:
+			return 0
+		}
+		w.parked.Store(false)
+		if g := p.gen.Load(); g != seen {
+			return g
+		}
+		// a stale token (the job was taken while spinning): park again
 	}
 }
 
@@ -87,13 +145,22 @@ func (p *pool) run(n, chunk int, fn func(worker, lo, hi int)) {
 	j := &p.j
 	j.fn, j.n, j.chunk = fn, n, chunk
 	j.next.Store(0)
-	nw := min(p.n, nChunks)
-	j.wg.Add(nw - 1)
-	for i := 0; i < nw-1; i++ {
-		p.wake[i] <- j
+	j.pending.Store(int32(len(p.workers)))
+	p.gen.Add(1)
+	for _, w := range p.workers {
+		if w.parked.Load() {
+			select {
+			case w.wake <- struct{}{}:
+			default: // a token is already waiting
+			}
+		}
 	}
 	j.work(0)
-	j.wg.Wait()
+	for i := 1; j.pending.Load() != 0; i++ {
+		if i%64 == 0 {
+			runtime.Gosched()
+		}
+	}
 	j.fn = nil
 }
 
@@ -111,5 +178,9 @@ func (p *pool) chunkFor(n, align int) int {
 	return c
 }
 
-// close stops the workers. The pool must not be used afterwards.
-func (p *pool) close() { p.once.Do(func() { close(p.quit) }) }
+// close stops the workers and waits until they have exited (a spinning worker notices
+// within spinFor). The pool must not be used afterwards.
+func (p *pool) close() {
+	p.once.Do(func() { close(p.quit) })
+	p.exited.Wait()
+}
