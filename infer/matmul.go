@@ -92,72 +92,70 @@ func (s *Session) matmul(l *linear, e int, x []float32, T int, y []float32) {
 		return
 	}
 	m := s.m
-	n, out := l.in, l.out
-	act := l.k.act
-	ab := act.rowBytes(n)
+	ab := l.k.act.rowBytes(l.in)
 	a := s.actBuf(T * ab)
+	s.prepActs(l, a, x, T)
+	m.pool.run(l.out, m.pool.chunkFor(l.out, 16), func(w, lo, hi int) {
+		s.matmulRows(l, e, a, T, y, w, lo, hi)
+	})
+}
+
+// prepActs converts T rows of x to l's activation type into a (T rows of
+// l.k.act.rowBytes(l.in) bytes).
+func (s *Session) prepActs(l *linear, a []byte, x []float32, T int) {
+	n, act := l.in, l.k.act
+	ab := act.rowBytes(n)
 	if T == 1 {
-		act.prep(a, x[:n])
-	} else {
-		m.pool.run(T, 1, func(_, lo, hi int) {
-			for t := lo; t < hi; t++ {
-				act.prep(a[t*ab:(t+1)*ab], x[t*n:(t+1)*n])
-			}
-		})
+		act.prep(a[:ab], x[:n])
+		return
 	}
-	// Multi-row kernels over the worker's row range [lo, hi) of matrix e (w), each with
-	// llama.cpp's per-element order; see the comments at each use.
-	rows := func(f func(w []byte, lo, hi int) error) {
-		w := l.data[e*out*l.rowBytes : (e+1)*out*l.rowBytes]
-		m.pool.run(out, m.pool.chunkFor(out, 16), func(_, lo, hi int) {
-			if err := f(w, lo, hi); err != nil {
-				panic(err) // shapes are checked at load
-			}
-		})
-	}
+	s.m.pool.run(T, 1, func(_, lo, hi int) {
+		for t := lo; t < hi; t++ {
+			act.prep(a[t*ab:(t+1)*ab], x[t*n:(t+1)*n])
+		}
+	})
+}
+
+// matmulRows computes rows [lo, hi) of y[t][r] = W_e[r] · x[t] for the T activation rows a
+// (prepActs), on worker w's scratch space, with the kernel of l's type: every element has
+// llama.cpp's per-element order (see the comments at each case).
+func (s *Session) matmulRows(l *linear, e int, a []byte, T int, y []float32, worker, lo, hi int) {
+	m := s.m
+	n, out := l.in, l.out
+	ab := l.k.act.rowBytes(n)
+	w := l.data[e*out*l.rowBytes : (e+1)*out*l.rowBytes]
+	var err error
 	rt := l.k.repack
-	switch {
+	switch kt, q0 := q0Tiles[l.t]; {
 	case rt != 0 && l.nmat == 1:
 		// ggml's CPU_REPACK mul_mat: groups of 4 activation rows in gemm order, the rest in
 		// gemv order. Worker row ranges are multiples of 16, so every row runs in the
 		// multi-row kernels.
-		rows(func(w []byte, lo, hi int) error {
-			return kernels.MatMulRepack(rt, y, out, w, l.rowBytes, a, ab, T, lo, hi)
-		})
-		return
+		err = kernels.MatMulRepack(rt, y, out, w, l.rowBytes, a, ab, T, lo, hi)
 	case rt != 0:
 		// MoE expert stacks of a repacked type: ggml's mul_mat_id runs the gemv kernel per
 		// token. MatMulRepackGemv gives those bits for several tokens at once (Q4_K in gemv
 		// order; Q4_0/IQ4_NL through the gemm kernels, equal to the gemv for activations from
 		// QuantizeRowQ8_0, which never writes −128).
-		rows(func(w []byte, lo, hi int) error {
-			return kernels.MatMulRepackGemv(rt, y, out, w, l.rowBytes, a, ab, T, lo, hi)
-		})
-		return
-	}
-	if kt, ok := q0Tiles[l.t]; ok && (l.k.batchDot == nil || m.opts.gemmMin >= 0) {
+		err = kernels.MatMulRepackGemv(rt, y, out, w, l.rowBytes, a, ab, T, lo, hi)
+	case q0 && (l.k.batchDot == nil || m.opts.gemmMin >= 0):
 		// 32-element block types: register tiles of rows × tokens (kernels.MatMulQ0), every
 		// element bit-identical to the vec_dot kernel, or for iq4_nl batches to tinyBLAS's
 		// order (what llama.cpp runs; tests forcing the dot path keep vec_dot).
-		rows(func(w []byte, lo, hi int) error {
-			return kernels.MatMulQ0(kt, y, out, w, l.rowBytes, a, ab, T, lo, hi)
-		})
-		return
-	}
-	if kt, ok := kTiles[l.t]; ok && T >= 2 {
-		// K-quants (and iq4_xs) over a batch: register tiles of rows × tokens (kernels.MatMulK),
-		// every element bit-identical to the vec_dot kernel (llama.cpp's order for these).
-		rows(func(w []byte, lo, hi int) error {
-			return kernels.MatMulK(kt, y, out, w, l.rowBytes, a, ab, T, lo, hi)
-		})
-		return
-	}
-	dot := l.k.dot
-	if T >= 2 && l.nmat == 1 && l.k.batchDot != nil && m.opts.gemmMin >= 0 {
-		dot = l.k.batchDot // llama.cpp's tinyBLAS order for a 2-D matrix over a batch
-	}
-	m.pool.run(out, m.pool.chunkFor(out, 16), func(w, lo, hi int) {
-		tmp := m.wscratch[w]
+		err = kernels.MatMulQ0(kt, y, out, w, l.rowBytes, a, ab, T, lo, hi)
+	default:
+		if kt, ok := kTiles[l.t]; ok && T >= 2 {
+			// K-quants (and iq4_xs) over a batch: register tiles of rows × tokens
+			// (kernels.MatMulK), every element bit-identical to the vec_dot kernel (llama.cpp's
+			// order for these).
+			err = kernels.MatMulK(kt, y, out, w, l.rowBytes, a, ab, T, lo, hi)
+			break
+		}
+		dot := l.k.dot
+		if T >= 2 && l.nmat == 1 && l.k.batchDot != nil && m.opts.gemmMin >= 0 {
+			dot = l.k.batchDot // llama.cpp's tinyBLAS order for a 2-D matrix over a batch
+		}
+		tmp := m.wscratch[worker]
 		for t0 := 0; t0 < T; t0 += tokenTile {
 			t1 := min(T, t0+tokenTile)
 			for r := lo; r < hi; r++ {
@@ -166,6 +164,40 @@ func (s *Session) matmul(l *linear, e int, x []float32, T int, y []float32) {
 					y[t*out+r] = dot(wr, a[t*ab:(t+1)*ab], n, tmp)
 				}
 			}
+		}
+	}
+	if err != nil {
+		panic(err) // shapes are checked at load
+	}
+}
+
+// expertRows is one expert's share of a routed batch: its n activation rows start at row off
+// of the packed inputs and outputs.
+type expertRows struct{ e, off, n int }
+
+// matmulExperts computes, for every expert g of es, the n_g rows y[off_g+t] = W_{e_g} ·
+// x[off_g+t] of the expert stack l in one pool run: the activation rows are converted once
+// and the workers take chunks of (expert, weight rows) from one queue, so a decode step pays
+// one barrier per projection instead of one per routed expert. Every element is computed by
+// matmulRows as matmul computes it (same kernels, same inputs), so the bits are the same.
+// Callers use it only where gemmFor(l, n_g) is gemmNone for every expert.
+func (s *Session) matmulExperts(l *linear, es []expertRows, x []float32, y []float32) {
+	m := s.m
+	R := 0
+	for _, g := range es {
+		R += g.n
+	}
+	ab := l.k.act.rowBytes(l.in)
+	a := s.actBuf(R * ab)
+	s.prepActs(l, a, x, R)
+	chunk := max(16, min(l.out, (l.out*len(es)/(m.pool.threads()*4))/16*16))
+	per := (l.out + chunk - 1) / chunk
+	m.pool.run(len(es)*per, 1, func(w, lo, hi int) {
+		for u := lo; u < hi; u++ {
+			g := es[u/per]
+			r0 := (u % per) * chunk
+			r1 := min(l.out, r0+chunk)
+			s.matmulRows(l, g.e, a[g.off*ab:(g.off+g.n)*ab], g.n, y[g.off*l.out:(g.off+g.n)*l.out], w, r0, r1)
 		}
 	})
 }

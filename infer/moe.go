@@ -10,7 +10,9 @@ type moeScratch struct {
 	slotOut []float32 // T·k rows of n_embd: each (token, slot) expert output
 	xe, ge  []float32
 	ue, ye  []float32
-	rows    []int // (token*k + slot) entries routed to the current expert
+	rows    []int        // the (token*k + slot) entries grouped by expert
+	groups  []expertRows // each routed expert's share of rows
+	count   []int
 	order   []int
 }
 
@@ -69,39 +71,76 @@ func (s *Session) hostExperts(f *moeFFN, h []float32, T int, sel []int32, wts []
 	nff := f.gate.out
 	ms := &s.moe
 	ms.slotOut = grow(ms.slotOut, T*k*E)
-	for e := 0; e < nE; e++ {
-		ms.rows = ms.rows[:0]
-		for i, se := range sel {
-			if int(se) == e {
-				ms.rows = append(ms.rows, i)
-			}
-		}
-		n := len(ms.rows)
+	// Group the (token, slot) entries by expert, in expert order and, within an expert, in
+	// entry order: ms.rows lists them, ms.groups gives each expert's share.
+	if cap(ms.count) < nE {
+		ms.count = make([]int, nE)
+	}
+	count := ms.count[:nE]
+	clear(count)
+	for _, e := range sel {
+		count[e]++
+	}
+	ms.groups = ms.groups[:0]
+	off := 0
+	batched := true
+	for e, n := range count {
 		if n == 0 {
 			continue
 		}
-		ms.xe = grow(ms.xe, n*E)
-		for j, i := range ms.rows {
-			t := i / k
-			copy(ms.xe[j*E:(j+1)*E], h[t*E:(t+1)*E])
+		ms.groups = append(ms.groups, expertRows{e: e, off: off, n: n})
+		count[e] = off // now the next free row of expert e
+		off += n
+		batched = batched && s.gemmFor(f.gate, n) == gemmNone && s.gemmFor(f.up, n) == gemmNone && s.gemmFor(f.down, n) == gemmNone
+	}
+	if cap(ms.rows) < len(sel) {
+		ms.rows = make([]int, len(sel))
+	}
+	ms.rows = ms.rows[:len(sel)]
+	for i, e := range sel {
+		ms.rows[count[e]] = i
+		count[e]++
+	}
+	R := len(sel)
+	ms.xe = grow(ms.xe, R*E)
+	for j, i := range ms.rows {
+		t := i / k
+		copy(ms.xe[j*E:(j+1)*E], h[t*E:(t+1)*E])
+	}
+	ms.ge = grow(ms.ge, R*nff)
+	ms.ue = grow(ms.ue, R*nff)
+	ms.ye = grow(ms.ye, R*E)
+	if s.obs != nil {
+		for _, g := range ms.groups {
+			s.obs.Linear(f.gate.name, g.e, ms.xe[g.off*E:(g.off+g.n)*E], g.n, E)
+			s.obs.Linear(f.up.name, g.e, ms.xe[g.off*E:(g.off+g.n)*E], g.n, E)
 		}
-		ms.ge = grow(ms.ge, n*nff)
-		ms.ue = grow(ms.ue, n*nff)
-		ms.ye = grow(ms.ye, n*E)
-		if s.obs != nil {
-			s.obs.Linear(f.gate.name, e, ms.xe, n, E)
-			s.obs.Linear(f.up.name, e, ms.xe, n, E)
+	}
+	if batched {
+		// One pool run per projection for all routed experts (matmulExperts).
+		s.matmulExperts(f.gate, ms.groups, ms.xe, ms.ge)
+		s.matmulExperts(f.up, ms.groups, ms.xe, ms.ue)
+	} else {
+		for _, g := range ms.groups {
+			s.matmul(f.gate, g.e, ms.xe[g.off*E:], g.n, ms.ge[g.off*nff:])
+			s.matmul(f.up, g.e, ms.xe[g.off*E:], g.n, ms.ue[g.off*nff:])
 		}
-		s.matmul(f.gate, e, ms.xe, n, ms.ge)
-		s.matmul(f.up, e, ms.xe, n, ms.ue)
-		swiglu(ms.ge, ms.ue, nff)
-		if s.obs != nil {
-			s.obs.Linear(f.down.name, e, ms.ge, n, nff)
+	}
+	swiglu(ms.ge, ms.ue, nff)
+	if s.obs != nil {
+		for _, g := range ms.groups {
+			s.obs.Linear(f.down.name, g.e, ms.ge[g.off*nff:(g.off+g.n)*nff], g.n, nff)
 		}
-		s.matmul(f.down, e, ms.ge, n, ms.ye)
-		for j, i := range ms.rows {
-			copy(ms.slotOut[i*E:(i+1)*E], ms.ye[j*E:(j+1)*E])
+	}
+	if batched {
+		s.matmulExperts(f.down, ms.groups, ms.ge, ms.ye)
+	} else {
+		for _, g := range ms.groups {
+			s.matmul(f.down, g.e, ms.ge[g.off*nff:], g.n, ms.ye[g.off*E:])
 		}
+	}
+	for j, i := range ms.rows {
+		copy(ms.slotOut[i*E:(i+1)*E], ms.ye[j*E:(j+1)*E])
 	}
 	for t := 0; t < T; t++ {
 		o := out[t*E : (t+1)*E]
