@@ -128,6 +128,11 @@ func dotQ4Repack8RowsVNNI(w *byte, stride int, x *byte, pd *int32, nb int, ulut 
 //go:noescape
 func dotQ4KRepack4RowsVNNI(w *byte, stride int, x *byte, nb int, out *float32)
 
+// dotQ40Repack8RowsVNNI is dotQ4Repack8RowsVNNI for Q4_0 (u = the nibble, no table).
+//
+//go:noescape
+func dotQ40Repack8RowsVNNI(w *byte, stride int, x *byte, pd *int32, nb int, out *float32)
+
 // q8HasMin reports whether a quant of the nb Q8_0 blocks at x is −128.
 //
 //go:noescape

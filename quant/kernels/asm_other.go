@@ -55,6 +55,9 @@ func dotQ4Repack8RowsVNNI(w *byte, stride int, x *byte, pd *int32, nb int, ulut 
 	panic(noAsm)
 }
 func q8HasMin(x *byte, nb int) bool { panic(noAsm) }
+func dotQ40Repack8RowsVNNI(w *byte, stride int, x *byte, pd *int32, nb int, out *float32) {
+	panic(noAsm)
+}
 func dotQ4KRepack4RowsVNNI(w *byte, stride int, x *byte, nb int, out *float32) {
 	panic(noAsm)
 }

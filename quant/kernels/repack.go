@@ -178,7 +178,11 @@ func matVecRepack(t Type, out []float32, w []byte, rowBytes int, xq []byte, nb, 
 		pd := buf.pre // pd[4b] = −off·Σx, pd[4b+1] = d_x
 		q8SumsAVX2(&xq[0], nb, off, &pd[0], (*float32)(unsafe.Pointer(&pd[1])))
 		for ; r+8 <= r1; r += 8 {
-			dotQ4Repack8RowsVNNI(&w[r*rowBytes], rowBytes, &xq[0], &pd[0], nb, &ulut[0], &out[r])
+			if t == Q4_0 {
+				dotQ40Repack8RowsVNNI(&w[r*rowBytes], rowBytes, &xq[0], &pd[0], nb, &out[r])
+			} else {
+				dotQ4Repack8RowsVNNI(&w[r*rowBytes], rowBytes, &xq[0], &pd[0], nb, &ulut[0], &out[r])
+			}
 		}
 		vnniPool.Put(buf)
 	}
