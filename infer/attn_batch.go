@@ -133,3 +133,64 @@ func (s *Session) attentionLanes8(il, T, pos0 int) {
 		}
 	})
 }
+
+// attentionGemm is attentionLanes8's computation with the packed GEMM (kernels.Sgemm) for
+// K·Q and V·p over chunks of attnChunk queries of one head: the calibration forward
+// (FullPrecision), which does not reproduce llama.cpp's float order anyway, spends most of
+// its attention time in one dot product per (query, position) otherwise. The query and the
+// probabilities are not rounded to the cache types (FullPrecision).
+func (s *Session) attentionGemm(il, T, pos0 int) {
+	c := s.m.cfg
+	hd, nh, nkv := c.HeadDim, c.NHead, c.NHeadKV
+	grp := nh / nkv
+	qd := c.QDim()
+	scale := 1 / float32(math.Sqrt(float64(hd)))
+	kv := s.kv
+	P := pos0 + T      // positions the last token sees
+	Pp := (P + 7) &^ 7 // padded (zeros beyond P)
+	chunks := (T + attnChunk - 1) / attnChunk
+	nw := s.m.pool.threads()
+	if len(s.attnScratch) < nw {
+		s.attnScratch = make([][]float32, nw)
+	}
+	need := P*hd + hd*Pp + attnChunk*Pp
+	s.m.pool.run(nkv*chunks, 1, func(w, lo, hi int) {
+		buf := s.attnScratch[w]
+		if cap(buf) < need {
+			buf = make([]float32, need)
+			s.attnScratch[w] = buf
+		}
+		buf = buf[:need]
+		kf := buf[:P*hd]             // keys of the group, one row per position
+		vf := buf[P*hd : P*hd+hd*Pp] // values of the group, one row of Pp positions per channel
+		sc := buf[P*hd+hd*Pp:]       // scores / probabilities of a chunk, one row of Pp per query
+		lastG := -1
+		for it := lo; it < hi; it++ {
+			g, ch := it/chunks, it%chunks
+			if g != lastG {
+				for u := 0; u < P; u++ {
+					floatsOf(kv.tk, kf[u*hd:(u+1)*hd], kv.keyHead(il, u, g))
+				}
+				for d := 0; d < hd; d++ {
+					row := vf[d*Pp : (d+1)*Pp]
+					floatsOf(kv.tv, row[:P], kv.v[il][(g*hd+d)*kv.vStride*kv.vElem:])
+					clear(row[P:])
+				}
+				lastG = g
+			}
+			t0 := ch * attnChunk
+			M := min(T, t0+attnChunk) - t0
+			np := pos0 + t0 + M // positions the chunk's last query sees
+			for hh := g * grp; hh < (g+1)*grp; hh++ {
+				sgemm(M, np, hd, s.q[t0*qd+hh*hd:], qd, kf, hd, sc, Pp)
+				for i := 0; i < M; i++ {
+					n := pos0 + t0 + i + 1
+					row := sc[i*Pp : (i+1)*Pp]
+					softmaxMasked(row[:n], scale)
+					clear(row[n:])
+				}
+				sgemm(M, hd, Pp, sc, Pp, vf, Pp, s.att[t0*qd+hh*hd:], qd)
+			}
+		}
+	})
+}

@@ -274,6 +274,10 @@ func (s *Session) attention(il, T, pos0 int) {
 	qd := c.QDim()
 	scale := 1 / float32(math.Sqrt(float64(hd)))
 	if s.useLanes8Attention(T) {
+		if s.m.opts.FullPrecision {
+			s.attentionGemm(il, T, pos0)
+			return
+		}
 		s.attentionLanes8(il, T, pos0)
 		return
 	}
