@@ -3,6 +3,7 @@ package infer
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/tq-project/tq/quant/kernels"
 	"strings"
 
 	"github.com/tq-project/tq/gguf"
@@ -110,9 +111,7 @@ func storeRow(t gguf.GGMLType, dst []byte, x []float32) {
 	case gguf.TypeF32:
 		copy(bytesF32(dst), x)
 	case gguf.TypeF16:
-		for i, v := range x {
-			binary.LittleEndian.PutUint16(dst[2*i:], f2h(v))
-		}
+		kernels.NarrowF16(dst, x) // f2h per element, vectorised
 	case gguf.TypeBF16:
 		for i, v := range x {
 			binary.LittleEndian.PutUint16(dst[2*i:], f2bf(v))

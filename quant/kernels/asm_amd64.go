@@ -79,6 +79,15 @@ func qxSearch8AVX2(s *QxLanes, nmax int32, num *float32, nnum int, n int)
 //go:noescape
 func widenF16AVX2(dst *float32, src *byte, n int)
 
+// narrowF16AVX2 and roundF16AVX2 are NarrowF16 and RoundF16 for n a multiple of 8
+// (float_amd64.s).
+//
+//go:noescape
+func narrowF16AVX2(dst *byte, src *float32, n int)
+
+//go:noescape
+func roundF16AVX2(x *float32, n int)
+
 //go:noescape
 func widenBF16AVX2(dst *float32, src *byte, n int)
 

@@ -33,6 +33,8 @@ func scaleF32AVX2(y *float32, a float32, n int)            { panic(noAsm) }
 func qkxSearch8AVX2(s *QkxLanes, nmax int32, num *float32, nnum int, n int) { panic(noAsm) }
 func qxSearch8AVX2(s *QxLanes, nmax int32, num *float32, nnum int, n int)   { panic(noAsm) }
 func widenF16AVX2(dst *float32, src *byte, n int)                           { panic(noAsm) }
+func narrowF16AVX2(dst *byte, src *float32, n int)                          { panic(noAsm) }
+func roundF16AVX2(x *float32, n int)                                        { panic(noAsm) }
 func widenBF16AVX2(dst *float32, src *byte, n int)                          { panic(noAsm) }
 func quantizeQ8_0RefAVX2(dst *byte, x *float32, nb int)                     { panic(noAsm) }
 

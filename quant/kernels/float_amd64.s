@@ -272,3 +272,63 @@ widenBF16Loop:
 	JB        widenBF16Loop
 	VZEROUPPER
 	RET
+
+DATA f16_qnan<>+0(SB)/4, $0x7fc00000
+GLOBL f16_qnan<>(SB), RODATA|NOPTR, $4
+DATA f16_abs<>+0(SB)/4, $0x7fffffff
+GLOBL f16_abs<>(SB), RODATA|NOPTR, $4
+
+// func narrowF16AVX2(dst *byte, src *float32, n int)   (n a multiple of 8)
+// F16C's round-to-nearest-even conversion; a NaN becomes 0x7e00 with its sign, as
+// floatToHalf (VCVTPS2PH would keep part of the payload).
+TEXT ·narrowF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ         dst+0(FP), DI
+	MOVQ         src+8(FP), SI
+	MOVQ         n+16(FP), CX
+	XORQ         AX, AX
+	VPBROADCASTW f16_qnanh<>(SB), X3
+
+narrowF16Loop:
+	VMOVUPS   (SI)(AX*4), Y0
+	VCVTPS2PH $0, Y0, X1
+	VCMPPS    $3, Y0, Y0, Y2 // unordered: NaN lanes
+	VPACKSSDW Y2, Y2, Y2     // 16-bit masks, lanes 0-3 | 0-3, 4-7 | 4-7
+	VPERMQ    $0x08, Y2, Y2  // words 0-7 in the low 128 bits
+	VPSRLW    $15, X1, X4    // sign bit
+	VPSLLW    $15, X4, X4
+	VPOR      X3, X4, X4     // sign | 0x7e00
+	VPBLENDVB X2, X4, X1, X1
+	VMOVDQU   X1, (DI)(AX*2)
+	ADDQ      $8, AX
+	CMPQ      AX, CX
+	JB        narrowF16Loop
+	VZEROUPPER
+	RET
+
+DATA f16_qnanh<>+0(SB)/2, $0x7e00
+GLOBL f16_qnanh<>(SB), RODATA|NOPTR, $2
+
+// func roundF16AVX2(x *float32, n int)   (n a multiple of 8)
+// x[i] = the float32 value of floatToHalf(x[i]): VCVTPS2PH then VCVTPH2PS; NaNs become
+// the quiet NaN 0x7fc00000 with their sign (floatToHalf's 0x7e00, widened).
+TEXT ·roundF16AVX2(SB), NOSPLIT, $0-16
+	MOVQ         x+0(FP), SI
+	MOVQ         n+8(FP), CX
+	XORQ         AX, AX
+	VBROADCASTSS f16_qnan<>(SB), Y3
+	VBROADCASTSS f16_abs<>(SB), Y5
+
+roundF16Loop:
+	VMOVUPS   (SI)(AX*4), Y0
+	VCVTPS2PH $0, Y0, X1
+	VCVTPH2PS X1, Y1
+	VCMPPS    $3, Y0, Y0, Y2 // NaN lanes
+	VANDNPS   Y0, Y5, Y4     // sign bit
+	VORPS     Y3, Y4, Y4     // sign | 0x7fc00000
+	VBLENDVPS Y2, Y4, Y1, Y1
+	VMOVUPS   Y1, (SI)(AX*4)
+	ADDQ      $8, AX
+	CMPQ      AX, CX
+	JB        roundF16Loop
+	VZEROUPPER
+	RET

@@ -21,6 +21,40 @@ func WidenF16(dst []float32, src []byte) {
 	}
 }
 
+// NarrowF16 writes src[0:n] as little-endian fp16 into dst[0:2n], n = len(src), rounded as
+// ggml's fp32→fp16 conversion does (to nearest even, gradual underflow, overflow to ±Inf,
+// any NaN to 0x7e00 with its sign; F16C's VCVTPS2PH on amd64). It panics with a
+// *LengthError if dst is shorter than 2·len(src).
+func NarrowF16(dst []byte, src []float32) {
+	n := len(src)
+	if len(dst) < 2*n {
+		lengthPanic("NarrowF16", "destination has %d bytes, %d elements need %d", len(dst), n, 2*n)
+	}
+	i := 0
+	if useAsm() && n >= 8 {
+		i = n &^ 7
+		narrowF16AVX2(&dst[0], &src[0], i)
+	}
+	for ; i < n; i++ {
+		h := floatToHalf(src[i])
+		dst[2*i], dst[2*i+1] = byte(h), byte(h>>8)
+	}
+}
+
+// RoundF16 replaces every x[i] by the float32 value of its fp16 rounding (NarrowF16, then
+// exact widening; a NaN becomes the quiet NaN with its sign).
+func RoundF16(x []float32) {
+	n := len(x)
+	i := 0
+	if useAsm() && n >= 8 {
+		i = n &^ 7
+		roundF16AVX2(&x[0], i)
+	}
+	for ; i < n; i++ {
+		x[i] = halfToFloat(floatToHalf(x[i]))
+	}
+}
+
 // WidenBF16 writes the little-endian bfloat16 values in src[0:2n] as float32 into dst[0:n],
 // n = len(dst) (bits << 16). It panics with a *LengthError if src is shorter than 2·len(dst).
 func WidenBF16(dst []float32, src []byte) {
