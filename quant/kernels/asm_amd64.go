@@ -142,6 +142,12 @@ func dotQ4KRepack4RowsVNNI(w *byte, stride int, x *byte, nb int, out *float32)
 //go:noescape
 func dotQ40Repack8RowsVNNI(w *byte, stride int, x *byte, pd *int32, nb int, out *float32)
 
+// q4KScales8AVX2 writes the Q4_K tiles' scale/min table and d/dmin of the 8 rows at
+// w + offs[k] (repack_vnni_amd64.s).
+//
+//go:noescape
+func q4KScales8AVX2(w *byte, offs *int32, nb int, sm *int32, dd *float32)
+
 // q8HasMin reports whether a quant of the nb Q8_0 blocks at x is −128.
 //
 //go:noescape

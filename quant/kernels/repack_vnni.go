@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 )
@@ -50,6 +51,26 @@ func tileScales(dws []float32, w []byte, rowBytes, nb, r, n int) {
 	for b := 0; b < nb; b++ {
 		for j := 0; j < n; j++ {
 			dws[n*b+j] = halfToFloat(le16(w[(r+j)*rowBytes+b*BlockBytesQ4_0:])) // IQ4_NL blocks have the same size
+		}
+	}
+}
+
+// q4KScaleTable is q4KScales8AVX2 for the 16 rows from r in Go: sm[256b + 16s + j] =
+// scale s, sm[256b + 128 + 16s + j] = min s, dws[32b + j] = d, dws[32b + 16 + j] = dmin of
+// row r+j and super-block b.
+func q4KScaleTable(smAll []int32, dws []float32, w []byte, rowBytes, nb, r int) {
+	for b := 0; b < nb; b++ {
+		sm := smAll[256*b : 256*b+256]
+		dd := dws[32*b : 32*b+32]
+		for j := 0; j < 16; j++ {
+			wb := (*[BlockBytesQ4_K]byte)(w[(r+j)*rowBytes+b*BlockBytesQ4_K:])
+			sc, m := kScales((*[12]byte)(wb[4:16]))
+			for s := 0; s < 8; s++ {
+				sm[16*s+j] = sc[s]
+				sm[128+16*s+j] = m[s]
+			}
+			dd[j] = halfToFloat(le16(wb[0:]))
+			dd[16+j] = halfToFloat(le16(wb[2:]))
 		}
 	}
 }
@@ -120,23 +141,21 @@ func matMulQ4KVNNI(out []float32, ldOut int, w []byte, rowBytes int, xq []byte, 
 	buf.wt = grow(buf.wt, 4096*nb)
 	buf.sm = grow(buf.sm, 256*nb)
 	buf.dws = grow(buf.dws, 32*nb)
+	// row offsets for q4KScales8AVX2's gathers (int32: 7 rows must fit)
+	var offs [8]int32
+	gather := 7*rowBytes <= math.MaxInt32
+	for k := range offs {
+		offs[k] = int32(k * rowBytes)
+	}
 	r := r0
 	for ; r+16 <= r1; r += 16 {
 		q4KTranspose8AVX2(&w[r*rowBytes], rowBytes, nb, &buf.wt[0], 64, 4096)
 		q4KTranspose8AVX2(&w[(r+8)*rowBytes], rowBytes, nb, &buf.wt[32], 64, 4096)
-		for b := 0; b < nb; b++ {
-			sm := buf.sm[256*b : 256*b+256]
-			dd := buf.dws[32*b : 32*b+32]
-			for j := 0; j < 16; j++ {
-				wb := (*[BlockBytesQ4_K]byte)(w[(r+j)*rowBytes+b*BlockBytesQ4_K:])
-				sc, m := kScales((*[12]byte)(wb[4:16]))
-				for s := 0; s < 8; s++ {
-					sm[16*s+j] = sc[s]
-					sm[128+16*s+j] = m[s]
-				}
-				dd[j] = halfToFloat(le16(wb[0:]))
-				dd[16+j] = halfToFloat(le16(wb[2:]))
-			}
+		if gather {
+			q4KScales8AVX2(&w[r*rowBytes], &offs[0], nb, &buf.sm[0], &buf.dws[0])
+			q4KScales8AVX2(&w[(r+8)*rowBytes], &offs[0], nb, &buf.sm[8], &buf.dws[8])
+		} else {
+			q4KScaleTable(buf.sm, buf.dws, w, rowBytes, nb, r)
 		}
 		for k := 0; k < g; k += 4 {
 			q := k / 4

@@ -888,3 +888,88 @@ q4kz4loop:
 	VMOVUPS    X0, (AX)
 	VZEROUPPER
 	RET
+
+// ---------------------------------------------------------------------------------------
+// The Q4_K tiles' per-call table of 6-bit scales and mins and of d/dmin, 8 rows at a time
+// (kScales per row in Go before): each super-block's 12 scale bytes and its (d, dmin) of the
+// 8 rows are gathered with VPGATHERDD (one row per lane) and decoded lane-wise, so that each
+// table entry, 8 consecutive rows, is one store.
+
+DATA rvn_c63<>+0(SB)/4, $63
+GLOBL rvn_c63<>(SB), RODATA|NOPTR, $4
+DATA rvn_c15<>+0(SB)/4, $15
+GLOBL rvn_c15<>(SB), RODATA|NOPTR, $4
+DATA rvn_c3<>+0(SB)/4, $3
+GLOBL rvn_c3<>(SB), RODATA|NOPTR, $4
+DATA rvn_cffff<>+0(SB)/4, $0xffff
+GLOBL rvn_cffff<>(SB), RODATA|NOPTR, $4
+
+// Scales and mins j and j+4 of the 8 rows (w0 = Y0, w1 = Y1, w2 = Y2; Y12 = 63, Y13 = 15,
+// Y14 = 3), stored to the table at DI (sm) in rows 16·j and 16·(j+4) (+128 for mins).
+#define KSCALEJ(j) \
+	VPSRLD $(8*(j)), Y0, Y4           \
+	VPAND  Y12, Y4, Y4                \
+	VMOVDQU Y4, (64*(j))(DI)          \
+	VPSRLD $(8*(j)), Y1, Y5           \
+	VPAND  Y12, Y5, Y5                \
+	VMOVDQU Y5, (512+64*(j))(DI)      \
+	VPSRLD $(8*(j)), Y2, Y6           \
+	VPAND  Y13, Y6, Y6                \
+	VPSRLD $(8*(j)+6), Y0, Y7         \
+	VPAND  Y14, Y7, Y7                \
+	VPSLLD $4, Y7, Y7                 \
+	VPOR   Y7, Y6, Y6                 \
+	VMOVDQU Y6, (64*((j)+4))(DI)      \
+	VPSRLD $(8*(j)+4), Y2, Y6         \
+	VPAND  Y13, Y6, Y6                \
+	VPSRLD $(8*(j)+6), Y1, Y7         \
+	VPAND  Y14, Y7, Y7                \
+	VPSLLD $4, Y7, Y7                 \
+	VPOR   Y7, Y6, Y6                 \
+	VMOVDQU Y6, (512+64*((j)+4))(DI)
+
+// func q4KScales8AVX2(w *byte, offs *int32, nb int, sm *int32, dd *float32)
+// For the 8 rows at w + offs[k] (k < 8) and super-block b < nb: sm[256b + 16s + k] = scale
+// s, sm[256b + 128 + 16s + k] = min s, dd[32b + k] = d, dd[32b + 16 + k] = dmin.
+TEXT ·q4KScales8AVX2(SB), NOSPLIT, $0-40
+	MOVQ         w+0(FP), SI
+	MOVQ         offs+8(FP), AX
+	VMOVDQU      (AX), Y10
+	MOVQ         nb+16(FP), CX
+	MOVQ         sm+24(FP), DI
+	MOVQ         dd+32(FP), DX
+	VPBROADCASTD rvn_c63<>(SB), Y12
+	VPBROADCASTD rvn_c15<>(SB), Y13
+	VPBROADCASTD rvn_c3<>(SB), Y14
+	VPBROADCASTD rvn_cffff<>(SB), Y15
+
+ksloop:
+	VPCMPEQD   Y9, Y9, Y9
+	VPGATHERDD Y9, 4(SI)(Y10*1), Y0
+	VPCMPEQD   Y9, Y9, Y9
+	VPGATHERDD Y9, 8(SI)(Y10*1), Y1
+	VPCMPEQD   Y9, Y9, Y9
+	VPGATHERDD Y9, 12(SI)(Y10*1), Y2
+	VPCMPEQD   Y9, Y9, Y9
+	VPGATHERDD Y9, 0(SI)(Y10*1), Y3
+	KSCALEJ(0)
+	KSCALEJ(1)
+	KSCALEJ(2)
+	KSCALEJ(3)
+	VPAND      Y15, Y3, Y4 // d
+	VPACKUSDW  Y4, Y4, Y4
+	VPERMQ     $0x08, Y4, Y4
+	VCVTPH2PS  X4, Y4
+	VMOVUPS    Y4, (DX)
+	VPSRLD     $16, Y3, Y5 // dmin
+	VPACKUSDW  Y5, Y5, Y5
+	VPERMQ     $0x08, Y5, Y5
+	VCVTPH2PS  X5, Y5
+	VMOVUPS    Y5, 64(DX)
+	ADDQ       $144, SI
+	ADDQ       $1024, DI
+	ADDQ       $128, DX
+	DECQ       CX
+	JNZ        ksloop
+	VZEROUPPER
+	RET
