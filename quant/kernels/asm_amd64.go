@@ -126,21 +126,23 @@ func q8SumsAVX2(x *byte, nb int, off int32, pre *int32, dx *float32)
 
 // dotQ4Repack8RowsVNNI is dotQ4Repack8RowsAVX2 with one VPDPBUSD per row: ulut maps a
 // nibble to v + off unsigned, pd[4b] = −off·Σx and pd[4b+1] = d_x's float32 bits
-// (q8SumsAVX2 with dx = pd[1:]). Exact for activations without −128 (q8HasMin).
+// (q8SumsAVX2 with dx = pd[1:]). Exact for activations without −128 (q8HasMin). pf is the
+// prefetch distance in bytes, a multiple of 8·stride.
 //
 //go:noescape
-func dotQ4Repack8RowsVNNI(w *byte, stride int, x *byte, pd *int32, nb int, ulut *byte, out *float32)
+func dotQ4Repack8RowsVNNI(w *byte, stride int, x *byte, pd *int32, nb int, ulut *byte, out *float32, pf int)
 
 // dotQ4KRepack4RowsVNNI is dotQ4KRepack4RowsAVX2 with 512-bit chunks and VPDPWSSD
-// (repack_vnni_amd64.s); same bits.
+// (repack_vnni_amd64.s); same bits. pf is the prefetch distance in bytes, a multiple of
+// 4·stride.
 //
 //go:noescape
-func dotQ4KRepack4RowsVNNI(w *byte, stride int, x *byte, nb int, out *float32)
+func dotQ4KRepack4RowsVNNI(w *byte, stride int, x *byte, nb int, out *float32, pf int)
 
 // dotQ40Repack8RowsVNNI is dotQ4Repack8RowsVNNI for Q4_0 (u = the nibble, no table).
 //
 //go:noescape
-func dotQ40Repack8RowsVNNI(w *byte, stride int, x *byte, pd *int32, nb int, out *float32)
+func dotQ40Repack8RowsVNNI(w *byte, stride int, x *byte, pd *int32, nb int, out *float32, pf int)
 
 // q4KScales8AVX2 writes the Q4_K tiles' scale/min table and d/dmin of the 8 rows at
 // w + offs[k] (repack_vnni_amd64.s).

@@ -482,19 +482,20 @@ GLOBL rvn_hishift<>(SB), RODATA|NOPTR, $32
 	VPXOR          acc, acc, acc \
 	VPDPBUSD       Y1, Y12, acc
 
-// func dotQ4Repack8RowsVNNI(w *byte, stride int, x *byte, pd *int32, nb int, ulut *byte, out *float32)
+// func dotQ4Repack8RowsVNNI(w *byte, stride int, x *byte, pd *int32, nb int, ulut *byte, out *float32, pf int)
 // pd[4b] = −off·Σx and pd[4b+1] = the float32 bits of d_x for activation block b (q8SumsAVX2
 // with dx = pd[1:]).
-TEXT ·dotQ4Repack8RowsVNNI(SB), NOSPLIT, $0-56
+TEXT ·dotQ4Repack8RowsVNNI(SB), NOSPLIT, $0-64
 	MOVQ           w+0(FP), R8
 	MOVQ           stride+8(FP), AX
 	LEAQ           (R8)(AX*2), R9
 	ADDQ           AX, R9 // row 3
 	LEAQ           (R9)(AX*2), R10
 	ADDQ           AX, R10 // row 6
-	LEAQ           (R8)(AX*8), R11 // next group: rows 8, 11, 14
-	LEAQ           (R9)(AX*8), R12
-	LEAQ           (R10)(AX*8), R13
+	MOVQ           pf+56(FP), R11 // a later group of 8 rows: rows pf/stride + 0, 3, 6
+	LEAQ           (R9)(R11*1), R12
+	LEAQ           (R10)(R11*1), R13
+	ADDQ           R8, R11
 	MOVQ           x+16(FP), DI
 	MOVQ           pd+24(FP), SI
 	MOVQ           nb+32(FP), CX
@@ -593,20 +594,21 @@ v8nopf:
 	VPXOR          acc, acc, acc \
 	VPDPBUSD       Y1, Y12, acc
 
-// func dotQ40Repack8RowsVNNI(w *byte, stride int, x *byte, pd *int32, nb int, out *float32)
+// func dotQ40Repack8RowsVNNI(w *byte, stride int, x *byte, pd *int32, nb int, out *float32, pf int)
 // dotQ4Repack8RowsVNNI for Q4_0, whose u is the nibble itself (no table lookup).
 // pd[4b] = −off·Σx and pd[4b+1] = the float32 bits of d_x for activation block b (q8SumsAVX2
 // with dx = pd[1:]).
-TEXT ·dotQ40Repack8RowsVNNI(SB), NOSPLIT, $0-48
+TEXT ·dotQ40Repack8RowsVNNI(SB), NOSPLIT, $0-56
 	MOVQ           w+0(FP), R8
 	MOVQ           stride+8(FP), AX
 	LEAQ           (R8)(AX*2), R9
 	ADDQ           AX, R9 // row 3
 	LEAQ           (R9)(AX*2), R10
 	ADDQ           AX, R10 // row 6
-	LEAQ           (R8)(AX*8), R11 // next group: rows 8, 11, 14
-	LEAQ           (R9)(AX*8), R12
-	LEAQ           (R10)(AX*8), R13
+	MOVQ           pf+48(FP), R11 // a later group of 8 rows: rows pf/stride + 0, 3, 6
+	LEAQ           (R9)(R11*1), R12
+	LEAQ           (R10)(R11*1), R13
+	ADDQ           R8, R11
 	MOVQ           x+16(FP), DI
 	MOVQ           pd+24(FP), SI
 	MOVQ           nb+32(FP), CX
@@ -802,14 +804,16 @@ GLOBL rvn_kscale512<>(SB), RODATA|NOPTR, $256
 	VEXTRACTI64X4   $1, zacc, yt     \
 	VPADDD          yt, yacc, yacc
 
-// func dotQ4KRepack4RowsVNNI(w *byte, stride int, x *byte, nb int, out *float32)
-TEXT ·dotQ4KRepack4RowsVNNI(SB), NOSPLIT, $0-40
+// func dotQ4KRepack4RowsVNNI(w *byte, stride int, x *byte, nb int, out *float32, pf int)
+// pf: the prefetch distance in bytes (a multiple of 4·stride: the same lines of a later group
+// of 4 rows).
+TEXT ·dotQ4KRepack4RowsVNNI(SB), NOSPLIT, $0-48
 	MOVQ         w+0(FP), SI
 	MOVQ         stride+8(FP), AX
 	LEAQ         (SI)(AX*1), R11
 	LEAQ         (R11)(AX*1), R12
 	LEAQ         (R12)(AX*1), R13
-	LEAQ         (AX*4), R14
+	MOVQ         pf+40(FP), R14
 	MOVQ         x+16(FP), DI
 	MOVQ         nb+24(FP), CX
 	VMOVDQU64    rvn_hishift512<>(SB), Z16
