@@ -67,6 +67,22 @@ func floatsOf(t gguf.GGMLType, dst []float32, src []byte) {
 	}
 }
 
+// kvGroupFloats converts the first P cached keys of KV group g of layer il to float32 rows
+// of kf (one per position) and the values to vf (one row of Pp positions per channel, zero
+// beyond P).
+func (s *Session) kvGroupFloats(il, g, P, Pp int, kf, vf []float32) {
+	kv := s.kv
+	hd := s.m.cfg.HeadDim
+	for u := 0; u < P; u++ {
+		floatsOf(kv.tk, kf[u*hd:(u+1)*hd], kv.keyHead(il, u, g))
+	}
+	for d := 0; d < hd; d++ {
+		row := vf[d*Pp : (d+1)*Pp]
+		floatsOf(kv.tv, row[:P], kv.v[il][(g*hd+d)*kv.vStride*kv.vElem:])
+		clear(row[P:])
+	}
+}
+
 // attentionLanes8 is attention() for a prompt batch in tinyBLAS order (see above).
 func (s *Session) attentionLanes8(il, T, pos0 int) {
 	c := s.m.cfg
@@ -98,15 +114,7 @@ func (s *Session) attentionLanes8(il, T, pos0 int) {
 		for it := lo; it < hi; it++ {
 			g, ch := it/chunks, it%chunks
 			if g != lastG {
-				for u := 0; u < P; u++ {
-					floatsOf(kv.tk, kf[u*hd:(u+1)*hd], kv.keyHead(il, u, g))
-				}
-				for d := 0; d < hd; d++ {
-					row := vf[d*Pp : (d+1)*Pp]
-					cidx := g*hd + d
-					floatsOf(kv.tv, row[:P], kv.v[il][cidx*kv.vStride*kv.vElem:])
-					clear(row[P:])
-				}
+				s.kvGroupFloats(il, g, P, Pp, kf, vf)
 				lastG = g
 			}
 			for t := ch * attnChunk; t < min(T, (ch+1)*attnChunk); t++ {
@@ -143,7 +151,6 @@ func (s *Session) attentionGemm(il, T, pos0 int) {
 	grp := nh / nkv
 	qd := c.QDim()
 	scale := 1 / float32(math.Sqrt(float64(hd)))
-	kv := s.kv
 	P := pos0 + T      // positions the last token sees
 	Pp := (P + 7) &^ 7 // padded (zeros beyond P)
 	chunks := (T + attnChunk - 1) / attnChunk
@@ -166,14 +173,7 @@ func (s *Session) attentionGemm(il, T, pos0 int) {
 		for it := lo; it < hi; it++ {
 			g, ch := it/chunks, it%chunks
 			if g != lastG {
-				for u := 0; u < P; u++ {
-					floatsOf(kv.tk, kf[u*hd:(u+1)*hd], kv.keyHead(il, u, g))
-				}
-				for d := 0; d < hd; d++ {
-					row := vf[d*Pp : (d+1)*Pp]
-					floatsOf(kv.tv, row[:P], kv.v[il][(g*hd+d)*kv.vStride*kv.vElem:])
-					clear(row[P:])
-				}
+				s.kvGroupFloats(il, g, P, Pp, kf, vf)
 				lastG = g
 			}
 			t0 := ch * attnChunk

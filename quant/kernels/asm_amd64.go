@@ -139,10 +139,11 @@ func dotQ4Repack8RowsVNNI(w *byte, stride int, x *byte, pd *int32, nb int, ulut 
 //go:noescape
 func dotQ4KRepack4RowsVNNI(w *byte, stride int, x *byte, nb int, out *float32, pf int)
 
-// dotQ40Repack8RowsVNNI is dotQ4Repack8RowsVNNI for Q4_0 (u = the nibble, no table).
+// dotQ40Repack8RowsVNNI is dotQ4Repack8RowsVNNI for Q4_0 (u = the nibble, no table; ulut is
+// not used).
 //
 //go:noescape
-func dotQ40Repack8RowsVNNI(w *byte, stride int, x *byte, pd *int32, nb int, out *float32, pf int)
+func dotQ40Repack8RowsVNNI(w *byte, stride int, x *byte, pd *int32, nb int, ulut *byte, out *float32, pf int)
 
 // q4KScales8AVX2 writes the Q4_K tiles' scale/min table and d/dmin of the 8 rows at
 // w + offs[k] (repack_vnni_amd64.s).

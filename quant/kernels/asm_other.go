@@ -60,7 +60,7 @@ func q8HasMin(x *byte, nb int) bool { panic(noAsm) }
 func q4KScales8AVX2(w *byte, offs *int32, nb int, sm *int32, dd *float32) {
 	panic(noAsm)
 }
-func dotQ40Repack8RowsVNNI(w *byte, stride int, x *byte, pd *int32, nb int, out *float32, pf int) {
+func dotQ40Repack8RowsVNNI(w *byte, stride int, x *byte, pd *int32, nb int, ulut *byte, out *float32, pf int) {
 	panic(noAsm)
 }
 func dotQ4KRepack4RowsVNNI(w *byte, stride int, x *byte, nb int, out *float32, pf int) {

@@ -187,7 +187,7 @@ func matVecRepack(t Type, out []float32, w []byte, rowBytes int, xq []byte, nb, 
 		}
 		for ; r+8 <= r1; r += 8 {
 			if t == Q4_0 {
-				dotQ40Repack8RowsVNNI(&w[r*rowBytes], rowBytes, &xq[0], &pd[0], nb, &out[r], pf)
+				dotQ40Repack8RowsVNNI(&w[r*rowBytes], rowBytes, &xq[0], &pd[0], nb, &ulut[0], &out[r], pf)
 			} else {
 				dotQ4Repack8RowsVNNI(&w[r*rowBytes], rowBytes, &xq[0], &pd[0], nb, &ulut[0], &out[r], pf)
 			}

@@ -482,109 +482,108 @@ GLOBL rvn_hishift<>(SB), RODATA|NOPTR, $32
 	VPXOR          acc, acc, acc \
 	VPDPBUSD       Y1, Y12, acc
 
+// The 8-row gemv body: ROW forms one row's Σ u·x (VROW through the table, VROWQ0 for Q4_0's
+// own nibbles); loop and nopf are the function's label names. The next group of rows is
+// prefetched every other block (36 bytes: every cache line at least once; a prefetch per
+// block costs a third of the in-cache speed), pf bytes ahead.
+#define GEMV8VNNI(ROW, loop, nopf) \
+	MOVQ           w+0(FP), R8 \
+	MOVQ           stride+8(FP), AX \
+	LEAQ           (R8)(AX*2), R9 \
+	ADDQ           AX, R9 \
+	LEAQ           (R9)(AX*2), R10 \
+	ADDQ           AX, R10 \
+	MOVQ           pf+56(FP), R11 \
+	LEAQ           (R9)(R11*1), R12 \
+	LEAQ           (R10)(R11*1), R13 \
+	ADDQ           R8, R11 \
+	MOVQ           x+16(FP), DI \
+	MOVQ           pd+24(FP), SI \
+	MOVQ           nb+32(FP), CX \
+	MOVQ           ulut+40(FP), BX \
+	VBROADCASTI128 (BX), Y14 \
+	VPBROADCASTB   rvn_nib<>(SB), Y15 \
+	VMOVDQU        rvn_hishift<>(SB), Y13 \
+	VXORPS         Y0, Y0, Y0 \
+loop: \
+	TESTQ      $1, CX \
+	JNZ        nopf \
+	PREFETCHT0 (R11) \
+	PREFETCHT0 (R11)(AX*1) \
+	PREFETCHT0 (R11)(AX*2) \
+	PREFETCHT0 (R12) \
+	PREFETCHT0 (R12)(AX*1) \
+	PREFETCHT0 (R12)(AX*2) \
+	PREFETCHT0 (R13) \
+	PREFETCHT0 (R13)(AX*1) \
+nopf: \
+	VMOVDQU 2(DI), Y1 \
+	ROW(2(R8), Y2) \
+	ROW(2(R8)(AX*1), Y3) \
+	ROW(2(R8)(AX*2), Y4) \
+	ROW(2(R9), Y5) \
+	ROW(2(R9)(AX*1), Y6) \
+	ROW(2(R9)(AX*2), Y7) \
+	ROW(2(R10), Y8) \
+	ROW(2(R10)(AX*1), Y9) \
+	VPHADDD    Y3, Y2, Y2 \
+	VPHADDD    Y5, Y4, Y4 \
+	VPHADDD    Y4, Y2, Y2 \
+	VPHADDD    Y7, Y6, Y6 \
+	VPHADDD    Y9, Y8, Y8 \
+	VPHADDD    Y8, Y6, Y6 \
+	VPERM2I128 $0x20, Y6, Y2, Y4 \
+	VPERM2I128 $0x31, Y6, Y2, Y5 \
+	VPADDD     Y5, Y4, Y2 \
+	VPBROADCASTD (SI), Y3 \
+	VPADDD     Y3, Y2, Y2 \
+	VCVTDQ2PS  Y2, Y2 \
+	MOVWLZX      (R8), BX \
+	MOVWLZX      (R8)(AX*1), DX \
+	SHLL         $16, DX \
+	ORL          DX, BX \
+	MOVWLZX      (R8)(AX*2), DX \
+	SHLQ         $32, DX \
+	ORQ          DX, BX \
+	MOVWLZX      (R9), DX \
+	SHLQ         $48, DX \
+	ORQ          DX, BX \
+	VMOVQ        BX, X7 \
+	MOVWLZX      (R9)(AX*1), BX \
+	MOVWLZX      (R9)(AX*2), DX \
+	SHLL         $16, DX \
+	ORL          DX, BX \
+	MOVWLZX      (R10), DX \
+	SHLQ         $32, DX \
+	ORQ          DX, BX \
+	MOVWLZX      (R10)(AX*1), DX \
+	SHLQ         $48, DX \
+	ORQ          DX, BX \
+	VPINSRQ      $1, BX, X7, X7 \
+	VCVTPH2PS    X7, Y7 \
+	VBROADCASTSS 4(SI), Y8 \
+	VMULPS       Y8, Y7, Y7 \
+	VFMADD231PS  Y7, Y2, Y0 \
+	ADDQ $18, R8 \
+	ADDQ $18, R9 \
+	ADDQ $18, R10 \
+	ADDQ $18, R11 \
+	ADDQ $18, R12 \
+	ADDQ $18, R13 \
+	ADDQ $34, DI \
+	ADDQ $16, SI \
+	DECQ CX \
+	JNZ  loop \
+	MOVQ       out+48(FP), BX \
+	VMOVUPS    Y0, (BX) \
+	VZEROUPPER \
+	RET
+
 // func dotQ4Repack8RowsVNNI(w *byte, stride int, x *byte, pd *int32, nb int, ulut *byte, out *float32, pf int)
 // pd[4b] = −off·Σx and pd[4b+1] = the float32 bits of d_x for activation block b (q8SumsAVX2
 // with dx = pd[1:]).
 TEXT ·dotQ4Repack8RowsVNNI(SB), NOSPLIT, $0-64
-	MOVQ           w+0(FP), R8
-	MOVQ           stride+8(FP), AX
-	LEAQ           (R8)(AX*2), R9
-	ADDQ           AX, R9 // row 3
-	LEAQ           (R9)(AX*2), R10
-	ADDQ           AX, R10 // row 6
-	MOVQ           pf+56(FP), R11 // a later group of 8 rows: rows pf/stride + 0, 3, 6
-	LEAQ           (R9)(R11*1), R12
-	LEAQ           (R10)(R11*1), R13
-	ADDQ           R8, R11
-	MOVQ           x+16(FP), DI
-	MOVQ           pd+24(FP), SI
-	MOVQ           nb+32(FP), CX
-	MOVQ           ulut+40(FP), BX
-	VBROADCASTI128 (BX), Y14
-	VPBROADCASTB   rvn_nib<>(SB), Y15
-	VMOVDQU        rvn_hishift<>(SB), Y13
-	VXORPS         Y0, Y0, Y0
-
-v8loop:
-	// Prefetch the next group of 8 rows every other block (36 bytes: every cache line
-	// at least once); a prefetch per block costs a third of the in-cache speed.
-	TESTQ      $1, CX
-	JNZ        v8nopf
-	PREFETCHT0 (R11)
-	PREFETCHT0 (R11)(AX*1)
-	PREFETCHT0 (R11)(AX*2)
-	PREFETCHT0 (R12)
-	PREFETCHT0 (R12)(AX*1)
-	PREFETCHT0 (R12)(AX*2)
-	PREFETCHT0 (R13)
-	PREFETCHT0 (R13)(AX*1)
-v8nopf:
-
-	VMOVDQU 2(DI), Y1
-	VROW(2(R8), Y2)
-	VROW(2(R8)(AX*1), Y3)
-	VROW(2(R8)(AX*2), Y4)
-	VROW(2(R9), Y5)
-	VROW(2(R9)(AX*1), Y6)
-	VROW(2(R9)(AX*2), Y7)
-	VROW(2(R10), Y8)
-	VROW(2(R10)(AX*1), Y9)
-	VPHADDD    Y3, Y2, Y2 // rows 0, 1
-	VPHADDD    Y5, Y4, Y4 // rows 2, 3
-	VPHADDD    Y4, Y2, Y2 // rows 0–3: [low halves | high halves]
-	VPHADDD    Y7, Y6, Y6 // rows 4, 5
-	VPHADDD    Y9, Y8, Y8 // rows 6, 7
-	VPHADDD    Y8, Y6, Y6 // rows 4–7
-	VPERM2I128 $0x20, Y6, Y2, Y4
-	VPERM2I128 $0x31, Y6, Y2, Y5
-	VPADDD     Y5, Y4, Y2
-	VPBROADCASTD (SI), Y3
-	VPADDD     Y3, Y2, Y2 // [isum0 … isum7]
-	VCVTDQ2PS  Y2, Y2
-
-	// the 8 rows' fp16 scales, gathered in general-purpose registers (off the vector ports)
-	MOVWLZX      (R8), BX
-	MOVWLZX      (R8)(AX*1), DX
-	SHLL         $16, DX
-	ORL          DX, BX
-	MOVWLZX      (R8)(AX*2), DX
-	SHLQ         $32, DX
-	ORQ          DX, BX
-	MOVWLZX      (R9), DX
-	SHLQ         $48, DX
-	ORQ          DX, BX
-	VMOVQ        BX, X7
-	MOVWLZX      (R9)(AX*1), BX
-	MOVWLZX      (R9)(AX*2), DX
-	SHLL         $16, DX
-	ORL          DX, BX
-	MOVWLZX      (R10), DX
-	SHLQ         $32, DX
-	ORQ          DX, BX
-	MOVWLZX      (R10)(AX*1), DX
-	SHLQ         $48, DX
-	ORQ          DX, BX
-	VPINSRQ      $1, BX, X7, X7
-	VCVTPH2PS    X7, Y7
-	VBROADCASTSS 4(SI), Y8
-	VMULPS       Y8, Y7, Y7
-	VFMADD231PS  Y7, Y2, Y0
-
-	ADDQ $18, R8
-	ADDQ $18, R9
-	ADDQ $18, R10
-	ADDQ $18, R11
-	ADDQ $18, R12
-	ADDQ $18, R13
-	ADDQ $34, DI
-	ADDQ $16, SI
-	DECQ CX
-	JNZ  v8loop
-
-	MOVQ       out+48(FP), BX
-	VMOVUPS    Y0, (BX)
-	VZEROUPPER
-	RET
+	GEMV8VNNI(VROW, v8loop, v8nopf)
 
 // VROW for Q4_0: u = q, no table.
 #define VROWQ0(addr, acc) \
@@ -594,108 +593,10 @@ v8nopf:
 	VPXOR          acc, acc, acc \
 	VPDPBUSD       Y1, Y12, acc
 
-// func dotQ40Repack8RowsVNNI(w *byte, stride int, x *byte, pd *int32, nb int, out *float32, pf int)
-// dotQ4Repack8RowsVNNI for Q4_0, whose u is the nibble itself (no table lookup).
-// pd[4b] = −off·Σx and pd[4b+1] = the float32 bits of d_x for activation block b (q8SumsAVX2
-// with dx = pd[1:]).
-TEXT ·dotQ40Repack8RowsVNNI(SB), NOSPLIT, $0-56
-	MOVQ           w+0(FP), R8
-	MOVQ           stride+8(FP), AX
-	LEAQ           (R8)(AX*2), R9
-	ADDQ           AX, R9 // row 3
-	LEAQ           (R9)(AX*2), R10
-	ADDQ           AX, R10 // row 6
-	MOVQ           pf+48(FP), R11 // a later group of 8 rows: rows pf/stride + 0, 3, 6
-	LEAQ           (R9)(R11*1), R12
-	LEAQ           (R10)(R11*1), R13
-	ADDQ           R8, R11
-	MOVQ           x+16(FP), DI
-	MOVQ           pd+24(FP), SI
-	MOVQ           nb+32(FP), CX
-	VPBROADCASTB   rvn_nib<>(SB), Y15
-	VMOVDQU        rvn_hishift<>(SB), Y13
-	VXORPS         Y0, Y0, Y0
-
-v80loop:
-	// Prefetch the next group of 8 rows every other block (36 bytes: every cache line
-	// at least once); a prefetch per block costs a third of the in-cache speed.
-	TESTQ      $1, CX
-	JNZ        v80nopf
-	PREFETCHT0 (R11)
-	PREFETCHT0 (R11)(AX*1)
-	PREFETCHT0 (R11)(AX*2)
-	PREFETCHT0 (R12)
-	PREFETCHT0 (R12)(AX*1)
-	PREFETCHT0 (R12)(AX*2)
-	PREFETCHT0 (R13)
-	PREFETCHT0 (R13)(AX*1)
-v80nopf:
-
-	VMOVDQU 2(DI), Y1
-	VROWQ0(2(R8), Y2)
-	VROWQ0(2(R8)(AX*1), Y3)
-	VROWQ0(2(R8)(AX*2), Y4)
-	VROWQ0(2(R9), Y5)
-	VROWQ0(2(R9)(AX*1), Y6)
-	VROWQ0(2(R9)(AX*2), Y7)
-	VROWQ0(2(R10), Y8)
-	VROWQ0(2(R10)(AX*1), Y9)
-	VPHADDD    Y3, Y2, Y2 // rows 0, 1
-	VPHADDD    Y5, Y4, Y4 // rows 2, 3
-	VPHADDD    Y4, Y2, Y2 // rows 0–3: [low halves | high halves]
-	VPHADDD    Y7, Y6, Y6 // rows 4, 5
-	VPHADDD    Y9, Y8, Y8 // rows 6, 7
-	VPHADDD    Y8, Y6, Y6 // rows 4–7
-	VPERM2I128 $0x20, Y6, Y2, Y4
-	VPERM2I128 $0x31, Y6, Y2, Y5
-	VPADDD     Y5, Y4, Y2
-	VPBROADCASTD (SI), Y3
-	VPADDD     Y3, Y2, Y2 // [isum0 … isum7]
-	VCVTDQ2PS  Y2, Y2
-
-	// the 8 rows' fp16 scales, gathered in general-purpose registers (off the vector ports)
-	MOVWLZX      (R8), BX
-	MOVWLZX      (R8)(AX*1), DX
-	SHLL         $16, DX
-	ORL          DX, BX
-	MOVWLZX      (R8)(AX*2), DX
-	SHLQ         $32, DX
-	ORQ          DX, BX
-	MOVWLZX      (R9), DX
-	SHLQ         $48, DX
-	ORQ          DX, BX
-	VMOVQ        BX, X7
-	MOVWLZX      (R9)(AX*1), BX
-	MOVWLZX      (R9)(AX*2), DX
-	SHLL         $16, DX
-	ORL          DX, BX
-	MOVWLZX      (R10), DX
-	SHLQ         $32, DX
-	ORQ          DX, BX
-	MOVWLZX      (R10)(AX*1), DX
-	SHLQ         $48, DX
-	ORQ          DX, BX
-	VPINSRQ      $1, BX, X7, X7
-	VCVTPH2PS    X7, Y7
-	VBROADCASTSS 4(SI), Y8
-	VMULPS       Y8, Y7, Y7
-	VFMADD231PS  Y7, Y2, Y0
-
-	ADDQ $18, R8
-	ADDQ $18, R9
-	ADDQ $18, R10
-	ADDQ $18, R11
-	ADDQ $18, R12
-	ADDQ $18, R13
-	ADDQ $34, DI
-	ADDQ $16, SI
-	DECQ CX
-	JNZ  v80loop
-
-	MOVQ       out+40(FP), BX
-	VMOVUPS    Y0, (BX)
-	VZEROUPPER
-	RET
+// func dotQ40Repack8RowsVNNI(w *byte, stride int, x *byte, pd *int32, nb int, ulut *byte, out *float32, pf int)
+// dotQ4Repack8RowsVNNI for Q4_0, whose u is the nibble itself (ulut is loaded but not used).
+TEXT ·dotQ40Repack8RowsVNNI(SB), NOSPLIT, $0-64
+	GEMV8VNNI(VROWQ0, v80loop, v80nopf)
 
 // func q8HasMin(x *byte, nb int) bool
 // Whether any quant of the nb Q8_0 blocks at x is −128.
