@@ -22,7 +22,7 @@ func Implementation() string {
 	if UsingAsm() {
 		switch {
 		case useVNNI():
-			return "amd64 AVX2+FMA+F16C assembly, AVX-512 VNNI batch kernels and SGEMM"
+			return "amd64 AVX2+FMA+F16C assembly, AVX-512 VNNI kernels (batch and gemv) and SGEMM"
 		case use512():
 			return "amd64 AVX2+FMA+F16C assembly, AVX-512F SGEMM"
 		}
