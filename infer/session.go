@@ -3,6 +3,9 @@ package infer
 import (
 	"fmt"
 	"math"
+
+	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/quant/kernels"
 )
 
 // Logits selects the positions [Session.Eval] returns next-token logits for.
@@ -297,8 +300,13 @@ func (s *Session) attention(il, T, pos0 int) {
 			g := hh / grp
 			kk.act.prep(qp, s.q[t*qd+hh*hd:t*qd+(hh+1)*hd])
 			scores := sc[:p+1]
-			for u := 0; u <= p; u++ {
-				scores[u] = kk.dot(kv.keyHead(il, u, g), qp, hd, nil)
+			if kv.tk == gguf.TypeF16 {
+				// kk.dot for every position in one call (same per-row kernel and bits)
+				kernels.DotF16F32Rows(scores, kv.k[il][g*kv.kHead:], kv.kRow, bytesF32(qp)[:hd])
+			} else {
+				for u := 0; u <= p; u++ {
+					scores[u] = kk.dot(kv.keyHead(il, u, g), qp, hd, nil)
+				}
 			}
 			softmaxMasked(scores, scale)
 			kv.accumulateV(il, g, scores, s.att[t*qd+hh*hd:t*qd+(hh+1)*hd], vtmp)

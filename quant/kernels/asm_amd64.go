@@ -79,6 +79,12 @@ func qxSearch8AVX2(s *QxLanes, nmax int32, num *float32, nnum int, n int)
 //go:noescape
 func widenF16AVX2(dst *float32, src *byte, n int)
 
+// dotF16F32RowsAVX2 is dotF16F32AVX2 for rows rows stride bytes apart, n a positive
+// multiple of 32 (float_amd64.s).
+//
+//go:noescape
+func dotF16F32RowsAVX2(w *byte, stride int, x *float32, n int, rows int, out *float32)
+
 // narrowF16AVX2 and roundF16AVX2 are NarrowF16 and RoundF16 for n a multiple of 8
 // (float_amd64.s).
 //

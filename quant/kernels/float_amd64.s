@@ -332,3 +332,46 @@ roundF16Loop:
 	JB        roundF16Loop
 	VZEROUPPER
 	RET
+
+// func dotF16F32RowsAVX2(w *byte, stride int, x *float32, n int, rows int, out *float32)
+// out[r] = dotF16F32AVX2(w + r·stride, x, n) for r < rows, n a positive multiple of 32 (no
+// leftovers): the same accumulators and reduction per row, one call for many rows.
+TEXT ·dotF16F32RowsAVX2(SB), NOSPLIT, $0-48
+	MOVQ w+0(FP), R8
+	MOVQ stride+8(FP), R9
+	MOVQ x+16(FP), R10
+	MOVQ n+24(FP), R11
+	MOVQ rows+32(FP), R12
+	MOVQ out+40(FP), R13
+
+f16rowloop:
+	MOVQ   R8, SI
+	MOVQ   R10, DI
+	MOVQ   R11, CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+f16rloop32:
+	VCVTPH2PS   0(SI), Y4
+	VCVTPH2PS   16(SI), Y5
+	VCVTPH2PS   32(SI), Y6
+	VCVTPH2PS   48(SI), Y7
+	VFMADD231PS 0(DI), Y4, Y0
+	VFMADD231PS 32(DI), Y5, Y1
+	VFMADD231PS 64(DI), Y6, Y2
+	VFMADD231PS 96(DI), Y7, Y3
+	ADDQ        $64, SI
+	ADDQ        $128, DI
+	SUBQ        $32, CX
+	JNZ         f16rloop32
+
+	REDUCE_GGML
+	VMOVSS X0, (R13)
+	ADDQ   $4, R13
+	ADDQ   R9, R8
+	DECQ   R12
+	JNZ    f16rowloop
+	VZEROUPPER
+	RET

@@ -222,6 +222,26 @@ func DotF16F32(w []byte, x []float32) float32 {
 	return dotF16F32Go(w, x)
 }
 
+// DotF16F32Rows sets out[r] = DotF16F32(w[r·stride:], x) for r < len(out), bit for bit
+// (one call for many rows: the decode attention's key positions). It panics with a
+// *LengthError if a row is outside w.
+func DotF16F32Rows(out []float32, w []byte, stride int, x []float32) {
+	n, rows := len(x), len(out)
+	if rows == 0 {
+		return
+	}
+	if stride < 0 || len(w) < (rows-1)*stride+2*n {
+		lengthPanic("DotF16F32Rows", "%d rows of %d bytes at stride %d do not fit in %d bytes", rows, 2*n, stride, len(w))
+	}
+	if useAsm() && n > 0 && n%32 == 0 {
+		dotF16F32RowsAVX2(&w[0], stride, &x[0], n, rows, &out[0])
+		return
+	}
+	for r := range out {
+		out[r] = DotF16F32(w[r*stride:r*stride+2*n], x)
+	}
+}
+
 // DotBF16F32 returns Σ bf16(w[i])·x[i] over len(x) elements, where w holds little-endian
 // bfloat16 values. It panics with a *LengthError if len(w) < 2·len(x).
 func DotBF16F32(w []byte, x []float32) float32 {

@@ -38,3 +38,37 @@ func TestNarrowRoundF16(t *testing.T) {
 		}
 	})
 }
+
+// TestDotF16F32Rows: DotF16F32Rows equals DotF16F32 row by row, bit for bit, for lengths
+// that take the multi-row kernel (multiples of 32) and those that do not, strides wider than
+// a row, heavy-tailed values, and rejects rows outside w.
+func TestDotF16F32Rows(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		r := newRNG(73)
+		for _, n := range []int{32, 64, 128, 96, 40, 7} {
+			for _, rows := range []int{1, 3, 17} {
+				stride := 2*n + 2*r.IntN(40)
+				w := make([]byte, (rows-1)*stride+2*n)
+				for i := 0; i+1 < len(w); i += 2 {
+					h := floatToHalf(float32(studentT3(r)))
+					w[i], w[i+1] = byte(h), byte(h>>8)
+				}
+				x := randFloats(r, n, true, 1)
+				got := make([]float32, rows)
+				DotF16F32Rows(got, w, stride, x)
+				for k := range got {
+					want := DotF16F32(w[k*stride:k*stride+2*n], x)
+					if math.Float32bits(got[k]) != math.Float32bits(want) {
+						t.Fatalf("n=%d rows=%d row %d: %g, DotF16F32 %g", n, rows, k, got[k], want)
+					}
+				}
+			}
+		}
+		defer func() {
+			if _, ok := recover().(*LengthError); !ok {
+				t.Fatal("a row outside w did not panic with a *LengthError")
+			}
+		}()
+		DotF16F32Rows(make([]float32, 2), make([]byte, 100), 64, make([]float32, 32))
+	})
+}
