@@ -95,6 +95,21 @@ f32done:
 	VZEROUPPER
 	RET
 
+// 32 elements of ggml_vec_dot_f16: fp16 at SI times f32 at DI into the accumulators Y0-Y3;
+// advances SI, DI and counts CX down (clobbers Y4-Y7).
+#define F16STEP32 \
+	VCVTPH2PS   0(SI), Y4 \
+	VCVTPH2PS   16(SI), Y5 \
+	VCVTPH2PS   32(SI), Y6 \
+	VCVTPH2PS   48(SI), Y7 \
+	VFMADD231PS 0(DI), Y4, Y0 \
+	VFMADD231PS 32(DI), Y5, Y1 \
+	VFMADD231PS 64(DI), Y6, Y2 \
+	VFMADD231PS 96(DI), Y7, Y3 \
+	ADDQ        $64, SI \
+	ADDQ        $128, DI \
+	SUBQ        $32, CX
+
 // func dotF16F32AVX2(w *byte, x *float32, n int) float32
 // ggml_vec_dot_f16: FMA accumulators; the leftovers are exact f32 products summed in float64.
 TEXT ·dotF16F32AVX2(SB), NOSPLIT, $0-28
@@ -109,17 +124,7 @@ TEXT ·dotF16F32AVX2(SB), NOSPLIT, $0-28
 	JLT    f16tail
 
 f16loop32:
-	VCVTPH2PS   0(SI), Y4
-	VCVTPH2PS   16(SI), Y5
-	VCVTPH2PS   32(SI), Y6
-	VCVTPH2PS   48(SI), Y7
-	VFMADD231PS 0(DI), Y4, Y0
-	VFMADD231PS 32(DI), Y5, Y1
-	VFMADD231PS 64(DI), Y6, Y2
-	VFMADD231PS 96(DI), Y7, Y3
-	ADDQ        $64, SI
-	ADDQ        $128, DI
-	SUBQ        $32, CX
+	F16STEP32
 	CMPQ        CX, $32
 	JGE         f16loop32
 
@@ -354,17 +359,7 @@ f16rowloop:
 	VXORPS Y3, Y3, Y3
 
 f16rloop32:
-	VCVTPH2PS   0(SI), Y4
-	VCVTPH2PS   16(SI), Y5
-	VCVTPH2PS   32(SI), Y6
-	VCVTPH2PS   48(SI), Y7
-	VFMADD231PS 0(DI), Y4, Y0
-	VFMADD231PS 32(DI), Y5, Y1
-	VFMADD231PS 64(DI), Y6, Y2
-	VFMADD231PS 96(DI), Y7, Y3
-	ADDQ        $64, SI
-	ADDQ        $128, DI
-	SUBQ        $32, CX
+	F16STEP32
 	JNZ         f16rloop32
 
 	REDUCE_GGML

@@ -1,6 +1,7 @@
 //go:build amd64 && !purego
 
 #include "textflag.h"
+#include "q4k4_amd64.h"
 
 // Repack-order dot products (see repack.go for the formulas). The integer block sums are
 // computed as in the vec_dot-order kernels; what differs is the float part: every block
@@ -567,29 +568,7 @@ q4kg4loop:
 	KROW(R13, Y8)
 	VPINSRQ $1, DX, X5, X5
 	VPINSRD $3, 0(R13), X3, X3
-	VPHADDD Y8, Y4, Y4
-	VPHADDD Y4, Y13, Y13
-	VEXTRACTI128 $1, Y13, X4
-	VPADDD  X4, X13, X13 // [isum0 isum1 isum2 isum3]
-
-	VPMOVZXBW    X6, Y6
-	VPMADDWD     Y14, Y6, Y6
-	VPMOVZXBW    X5, Y5
-	VPMADDWD     Y14, Y5, Y5
-	VPHADDD      Y5, Y6, Y6
-	VPHADDD      Y6, Y6, Y6 // lanes: [m0 m2 m0 m2 | m1 m3 m1 m3]
-	VEXTRACTI128 $1, Y6, X5
-	VPUNPCKLDQ   X5, X6, X6 // [imin0 imin1 imin2 imin3]
-
-	VCVTPH2PS    X3, Y3 // [d0 dmin0 d1 dmin1 | d2 dmin2 d3 dmin3]
-	VMULPS       Y7, Y3, Y3
-	VEXTRACTF128 $1, Y3, X4
-	VSHUFPS      $0x88, X4, X3, X5 // d·dx per row
-	VSHUFPS      $0xdd, X4, X3, X4 // dmin·dx per row
-	VCVTDQ2PS    X13, X13
-	VFMADD231PS  X5, X13, X0
-	VCVTDQ2PS    X6, X6
-	VFMADD231PS  X4, X6, X1
+	Q4K4_FMA
 
 	ADDQ $144, SI
 	ADDQ $144, R11

@@ -1,0 +1,29 @@
+// Shared by the 4-row Q4_K gemv kernels (repack_amd64.s, repack_vnni_amd64.s).
+
+// After the four rows of a super-block: Y13 (rows 0, 1 pair-added) and Y4/Y8 (rows 2, 3)
+// hold lane vectors summing to each row's isum, X6/X5 the mins bytes of rows 0-1 / 2-3,
+// X3 the rows' (d, dmin) fp16 pairs, Y14 the activation's pair sums P_j in both lanes and
+// Y7 its d_x. Reduces isum and imin = Σ m_j·P_j to one lane per row, converts them, and
+// adds isum·(d·d_x) to X0 and imin·(dmin·d_x) to X1 (one FMA each, lane per row).
+#define Q4K4_FMA \
+	VPHADDD Y8, Y4, Y4 \
+	VPHADDD Y4, Y13, Y13 \
+	VEXTRACTI128 $1, Y13, X4 \
+	VPADDD  X4, X13, X13 \
+	VPMOVZXBW    X6, Y6 \
+	VPMADDWD     Y14, Y6, Y6 \
+	VPMOVZXBW    X5, Y5 \
+	VPMADDWD     Y14, Y5, Y5 \
+	VPHADDD      Y5, Y6, Y6 \
+	VPHADDD      Y6, Y6, Y6 \
+	VEXTRACTI128 $1, Y6, X5 \
+	VPUNPCKLDQ   X5, X6, X6 \
+	VCVTPH2PS    X3, Y3 \
+	VMULPS       Y7, Y3, Y3 \
+	VEXTRACTF128 $1, Y3, X4 \
+	VSHUFPS      $0x88, X4, X3, X5 \
+	VSHUFPS      $0xdd, X4, X3, X4 \
+	VCVTDQ2PS    X13, X13 \
+	VFMADD231PS  X5, X13, X0 \
+	VCVTDQ2PS    X6, X6 \
+	VFMADD231PS  X4, X6, X1
