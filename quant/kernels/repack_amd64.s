@@ -410,31 +410,6 @@ q4gmloop:
 // ---------------------------------------------------------------------------------------
 // Q4_K · Q8_K. Y15 = 0x0f bytes.
 
-// Decode the 12-byte Q4_K scales at 4(base): R9 = the 8 six-bit scales (bytes), DX = the 8
-// six-bit mins (bytes). Clobbers AX, BX, R8.
-#define KDEC(base) \
-	MOVL 4(base), AX        \
-	MOVL 8(base), BX        \
-	MOVL 12(base), DX       \
-	MOVL AX, R8             \
-	ANDL $0x3f3f3f3f, R8    \
-	MOVL DX, R9             \
-	ANDL $0x0f0f0f0f, R9    \
-	SHRL $2, AX             \
-	ANDL $0x30303030, AX    \
-	ORL  AX, R9             \
-	SHLQ $32, R9            \
-	ORQ  R8, R9             \
-	MOVL BX, R8             \
-	ANDL $0x3f3f3f3f, R8    \
-	SHRL $4, DX             \
-	ANDL $0x0f0f0f0f, DX    \
-	SHRL $2, BX             \
-	ANDL $0x30303030, BX    \
-	ORL  BX, DX             \
-	SHLQ $32, DX            \
-	ORQ  R8, DX
-
 // Y2 = the 8 scales in R9 as int16 words, in both lanes.
 #define KSC \
 	VMOVQ       R9, X2     \

@@ -3,6 +3,7 @@
 #include "textflag.h"
 #include "q4k4_amd64.h"
 #include "transpose_amd64.h"
+#include "zmm_amd64.h"
 
 // The Q4_K tiles' arguments (q4KGemmTile16x4VNNI's layout) into registers; zero the
 // acc (Z0–Z3) and accm (Z4–Z7) chains.
@@ -18,14 +19,7 @@
 	LEAQ   (R10)(AX*1), R11 \
 	MOVQ   pk+48(FP), R12 \
 	MOVQ   dx+56(FP), R13 \
-	VPXORD Z0, Z0, Z0 \
-	VPXORD Z1, Z1, Z1 \
-	VPXORD Z2, Z2, Z2 \
-	VPXORD Z3, Z3, Z3 \
-	VPXORD Z4, Z4, Z4 \
-	VPXORD Z5, Z5, Z5 \
-	VPXORD Z6, Z6, Z6 \
-	VPXORD Z7, Z7, Z7
+	ZERO_Z0_Z7
 
 // Advance every pointer by one super-block and count it.
 #define KTILE_NEXT \
@@ -655,31 +649,6 @@ KSC512(2, $0x0908090809080908, $0x0b0a0b0a0b0a0b0a)
 KSC512(3, $0x0d0c0d0c0d0c0d0c, $0x0f0e0f0e0f0e0f0e)
 GLOBL rvn_kscale512<>(SB), RODATA|NOPTR, $256
 
-// Decode the 12-byte Q4_K scales at 4(base): R9 = the 8 six-bit scales (bytes), DX = the 8
-// six-bit mins (bytes). Clobbers AX, BX, R8. (As KDEC in repack_amd64.s.)
-#define KDECZ(base) \
-	MOVL 4(base), AX        \
-	MOVL 8(base), BX        \
-	MOVL 12(base), DX       \
-	MOVL AX, R8             \
-	ANDL $0x3f3f3f3f, R8    \
-	MOVL DX, R9             \
-	ANDL $0x0f0f0f0f, R9    \
-	SHRL $2, AX             \
-	ANDL $0x30303030, AX    \
-	ORL  AX, R9             \
-	SHLQ $32, R9            \
-	ORQ  R8, R9             \
-	MOVL BX, R8             \
-	ANDL $0x3f3f3f3f, R8    \
-	SHRL $4, DX             \
-	ANDL $0x0f0f0f0f, DX    \
-	SHRL $2, BX             \
-	ANDL $0x30303030, BX    \
-	ORL  BX, DX             \
-	SHLQ $32, DX            \
-	ORQ  R8, DX
-
 // Chunk c of the row at base against the Q8_K quants at DI, added to Zacc (Z2 = the 8
 // scales as words in every 128-bit lane, Z16 = rvn_hishift512, Z17 = 0x0f bytes; clobbers
 // Z9, Z11).
@@ -694,7 +663,7 @@ GLOBL rvn_kscale512<>(SB), RODATA|NOPTR, $256
 // yacc (the low half of zacc) = 8 int32 lanes summing to isum of the super-block at base with
 // the Q8_K block at DI; leaves the mins in DX (clobbers AX, BX, R8, R9, Z2, Z9, Z11).
 #define KROWZ(base, zacc, yacc, yt) \
-	KDECZ(base)                      \
+	KDEC(base)                       \
 	VMOVQ           R9, X2           \
 	VPMOVZXBW       X2, X2           \
 	VSHUFI32X4      $0, Z2, Z2, Z2   \
