@@ -67,6 +67,19 @@ func floatsOf(t gguf.GGMLType, dst []float32, src []byte) {
 	}
 }
 
+// attnScratchFor makes every worker's attention scratch buffer hold at least need floats.
+func (s *Session) attnScratchFor(need int) {
+	nw := s.m.pool.threads()
+	if len(s.attnScratch) < nw {
+		s.attnScratch = make([][]float32, nw)
+	}
+	for w, b := range s.attnScratch {
+		if cap(b) < need {
+			s.attnScratch[w] = make([]float32, need)
+		}
+	}
+}
+
 // kvGroupFloats converts the first P cached keys of KV group g of layer il to float32 rows
 // of kf (one per position) and the values to vf (one row of Pp positions per channel, zero
 // beyond P).
@@ -94,18 +107,10 @@ func (s *Session) attentionLanes8(il, T, pos0 int) {
 	P := pos0 + T      // positions the last token sees
 	Pp := (P + 7) &^ 7 // padded to the 8-lane width (zeros beyond P)
 	chunks := (T + attnChunk - 1) / attnChunk
-	nw := s.m.pool.threads()
-	if len(s.attnScratch) < nw {
-		s.attnScratch = make([][]float32, nw)
-	}
 	need := P*hd + hd*Pp + Pp + hd
+	s.attnScratchFor(need)
 	s.m.pool.run(nkv*chunks, 1, func(w, lo, hi int) {
-		buf := s.attnScratch[w]
-		if cap(buf) < need {
-			buf = make([]float32, need)
-			s.attnScratch[w] = buf
-		}
-		buf = buf[:need]
+		buf := s.attnScratch[w][:need]
 		kf := buf[:P*hd]                     // keys of the group, one row per position
 		vf := buf[P*hd : P*hd+hd*Pp]         // values of the group, one row of Pp positions per channel
 		p := buf[P*hd+hd*Pp : P*hd+hd*Pp+Pp] // probabilities, zero-padded
@@ -154,18 +159,10 @@ func (s *Session) attentionGemm(il, T, pos0 int) {
 	P := pos0 + T      // positions the last token sees
 	Pp := (P + 7) &^ 7 // padded (zeros beyond P)
 	chunks := (T + attnChunk - 1) / attnChunk
-	nw := s.m.pool.threads()
-	if len(s.attnScratch) < nw {
-		s.attnScratch = make([][]float32, nw)
-	}
 	need := P*hd + hd*Pp + attnChunk*Pp
+	s.attnScratchFor(need)
 	s.m.pool.run(nkv*chunks, 1, func(w, lo, hi int) {
-		buf := s.attnScratch[w]
-		if cap(buf) < need {
-			buf = make([]float32, need)
-			s.attnScratch[w] = buf
-		}
-		buf = buf[:need]
+		buf := s.attnScratch[w][:need]
 		kf := buf[:P*hd]             // keys of the group, one row per position
 		vf := buf[P*hd : P*hd+hd*Pp] // values of the group, one row of Pp positions per channel
 		sc := buf[P*hd+hd*Pp:]       // scores / probabilities of a chunk, one row of Pp per query

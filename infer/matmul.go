@@ -177,19 +177,31 @@ type expertRows struct{ e, off, n int }
 
 // matmulExperts computes, for every expert g of es, the n_g rows y[off_g+t] = W_{e_g} ·
 // x[off_g+t] of the expert stack l in one pool run: the activation rows are converted once
-// and the workers take chunks of (expert, weight rows) from one queue, so a decode step pays
-// one barrier per projection instead of one per routed expert. Every element is computed by
-// matmulRows as matmul computes it (same kernels, same inputs), so the bits are the same.
-// Callers use it only where gemmFor(l, n_g) is gemmNone for every expert.
+// (expertActs) and the workers take chunks of (expert, weight rows) from one queue, so a
+// decode step pays one barrier per projection instead of one per routed expert. Every
+// element is computed by matmulRows as matmul computes it (same kernels, same inputs), so
+// the bits are the same. Callers use it only where gemmFor(l, n_g) is gemmNone for every
+// expert.
 func (s *Session) matmulExperts(l *linear, es []expertRows, x []float32, y []float32) {
-	m := s.m
+	s.matmulExpertsPrepared(l, es, s.expertActs(l, es, x), y)
+}
+
+// expertActs converts the packed rows x of es to l's activation type (in s.act).
+func (s *Session) expertActs(l *linear, es []expertRows, x []float32) []byte {
 	R := 0
 	for _, g := range es {
 		R += g.n
 	}
-	ab := l.k.act.rowBytes(l.in)
-	a := s.actBuf(R * ab)
+	a := s.actBuf(R * l.k.act.rowBytes(l.in))
 	s.prepActs(l, a, x, R)
+	return a
+}
+
+// matmulExpertsPrepared is matmulExperts on activations already converted by expertActs for
+// a weight with the same activation type and input width (gate and up share theirs).
+func (s *Session) matmulExpertsPrepared(l *linear, es []expertRows, a []byte, y []float32) {
+	m := s.m
+	ab := l.k.act.rowBytes(l.in)
 	chunk := max(16, min(l.out, (l.out*len(es)/(m.pool.threads()*4))/16*16))
 	per := (l.out + chunk - 1) / chunk
 	m.pool.run(len(es)*per, 1, func(w, lo, hi int) {

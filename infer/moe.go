@@ -118,8 +118,12 @@ func (s *Session) hostExperts(f *moeFFN, h []float32, T int, sel []int32, wts []
 	}
 	if batched {
 		// One pool run per projection for all routed experts (matmulExperts).
-		s.matmulExperts(f.gate, ms.groups, ms.xe, ms.ge)
-		s.matmulExperts(f.up, ms.groups, ms.xe, ms.ue)
+		a := s.expertActs(f.gate, ms.groups, ms.xe)
+		s.matmulExpertsPrepared(f.gate, ms.groups, a, ms.ge)
+		if f.up.k.act != f.gate.k.act || f.up.in != f.gate.in {
+			a = s.expertActs(f.up, ms.groups, ms.xe)
+		}
+		s.matmulExpertsPrepared(f.up, ms.groups, a, ms.ue)
 	} else {
 		for _, g := range ms.groups {
 			s.matmul(f.gate, g.e, ms.xe[g.off*E:], g.n, ms.ge[g.off*nff:])
