@@ -41,7 +41,7 @@ func (s *Session) useLanes8Attention(T int) bool {
 func roundTo(t gguf.GGMLType, x []float32) {
 	switch t {
 	case gguf.TypeF16:
-		kernels.RoundF16(x) // roundF16 per element, vectorised
+		kernels.RoundF16(x) // h2f(f2h(v)) per element, vectorised
 	case gguf.TypeBF16:
 		for i, v := range x {
 			x[i] = bf2f(f2bf(v))

@@ -67,9 +67,6 @@ func f2h(f float32) uint16 {
 	return sign | uint16(h)
 }
 
-// roundF16 rounds x to the nearest binary16 value and returns it as float32.
-func roundF16(x float32) float32 { return h2f(f2h(x)) }
-
 // f2bf converts float32 to bfloat16 bits as ggml_compute_fp32_to_bf16 does.
 func f2bf(f float32) uint16 {
 	b := math.Float32bits(f)

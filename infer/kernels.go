@@ -118,13 +118,11 @@ func (a actType) roundTrip(dst, x []float32) {
 	case actF32:
 		copy(dst, x)
 	case actF16:
-		for i, v := range x {
-			dst[i] = roundF16(v)
-		}
+		copy(dst, x)
+		roundTo(gguf.TypeF16, dst[:len(x)])
 	case actBF16:
-		for i, v := range x {
-			dst[i] = bf2f(f2bf(v))
-		}
+		copy(dst, x)
+		roundTo(gguf.TypeBF16, dst[:len(x)])
 	case actQ8_0, actQ8_0Deq, actQ8_1, actQ8_K, actQ8_KDeq:
 		qt, bs, quantize := gguf.TypeQ8_0, blockQ8_0*len(x)/32, kQuantQ8_0
 		if a == actQ8_K || a == actQ8_KDeq {

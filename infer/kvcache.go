@@ -3,10 +3,10 @@ package infer
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/tq-project/tq/quant/kernels"
 	"strings"
 
 	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/quant/kernels"
 )
 
 // ParseCacheType maps a llama.cpp cache type name (--cache-type-k/-v: f32, f16, bf16, q8_0,
@@ -169,16 +169,7 @@ func (kv *kvCache) accumulateV(layer, g int, p, o, tmp []float32) {
 	if kv.vTrans {
 		vl := kv.v[layer]
 		es := kv.vElem
-		switch kv.tv {
-		case gguf.TypeF16:
-			for i, v := range p {
-				p[i] = roundF16(v)
-			}
-		case gguf.TypeBF16:
-			for i, v := range p {
-				p[i] = bf2f(f2bf(v))
-			}
-		}
+		roundTo(kv.tv, p) // p in the value type, as ggml converts it for the dot products
 		// llama.cpp's V·softmax runs over its padded KV length (a multiple of 256) with zero
 		// probabilities past the last position, so the 32-element blocks of its vec_dot
 		// kernels never leave a scalar tail: pad p with zeros to a multiple of 32 likewise.
