@@ -148,9 +148,17 @@ func checkRepackArgs(fn string, t Type, w []byte, rowBytes int, xq []byte) (int,
 	return nb, nil
 }
 
-// q4KPrefetchBytes is the least prefetch distance of the VNNI gemv kernels (see
-// matVecRepack).
-const q4KPrefetchBytes = 8192
+// gemvPrefetchBytes is the least prefetch distance of the VNNI gemv kernels: they prefetch
+// the same lines of a later group of rows, and one group ahead is too close for short rows
+// (single thread from DRAM, the 2048 × 768 Q4_K expert matrices of a MoE read at 18.7 GB/s
+// one 4-row group ahead, 27 GB/s at 4 KB and 30.6 GB/s at 8 KB).
+const gemvPrefetchBytes = 8192
+
+// gemvPrefetch returns the prefetch distance for groups of group bytes: the first whole
+// number of groups at or beyond gemvPrefetchBytes.
+func gemvPrefetch(group int) int {
+	return max(1, (gemvPrefetchBytes+group-1)/group) * group
+}
 
 // matVecRepack is MatVecRepack after validation.
 func matVecRepack(t Type, out []float32, w []byte, rowBytes int, xq []byte, nb, r0, r1 int) {
@@ -181,10 +189,7 @@ func matVecRepack(t Type, out []float32, w []byte, rowBytes int, xq []byte, nb, 
 		buf.pre = grow(buf.pre, 4*nb)
 		pd := buf.pre // pd[4b] = −off·Σx, pd[4b+1] = d_x
 		q8SumsAVX2(&xq[0], nb, off, &pd[0], (*float32)(unsafe.Pointer(&pd[1])))
-		pf := 8 * rowBytes // prefetch a later group of 8 rows, at least q4KPrefetchBytes ahead
-		for pf < q4KPrefetchBytes {
-			pf += 8 * rowBytes
-		}
+		pf := gemvPrefetch(8 * rowBytes)
 		for ; r+8 <= r1; r += 8 {
 			if t == Q4_0 {
 				dotQ40Repack8RowsVNNI(&w[r*rowBytes], rowBytes, &xq[0], &pd[0], nb, &ulut[0], &out[r], pf)
@@ -205,14 +210,7 @@ func matVecRepack(t Type, out []float32, w []byte, rowBytes int, xq []byte, nb, 
 			dotQ4Repack8RowsAVX2(&w[r*rowBytes], rowBytes, &xq[0], &xs[0], nb, lutPtr(t), &out[r])
 		}
 	}
-	// Prefetch distance of the 4-row Q4_K kernel: the next group of 4 rows, or a later one
-	// when rows are short (at least q4KPrefetchBytes ahead: single thread from DRAM, the
-	// 2048 × 768 expert matrices of a MoE read at 18.7 GB/s one group ahead, 27 GB/s at 4 KB
-	// and 30.6 GB/s at 8 KB).
-	pf := 4 * rowBytes
-	for pf < q4KPrefetchBytes {
-		pf += 4 * rowBytes
-	}
+	pf := gemvPrefetch(4 * rowBytes)
 	for ; r+4 <= r1; r += 4 {
 		if t == Q4_K && useVNNI() {
 			dotQ4KRepack4RowsVNNI(&w[r*rowBytes], rowBytes, &xq[0], nb, &out[r], pf)

@@ -816,3 +816,38 @@ func TestMatVecRepackVNNI(t *testing.T) {
 		}
 	}
 }
+
+// TestQ4KScaleTable: q4KScales8AVX2 (the Q4_K tiles' table, 8 rows per gather) writes what
+// the Go table q4KScaleTable writes (its fallback for row strides beyond int32), on random
+// blocks, so that either gives the tiles the same scales, mins, d and dmin.
+func TestQ4KScaleTable(t *testing.T) {
+	if !useVNNI() {
+		t.Skip("no AVX-512 VNNI on this machine (or assembly off): the table is built in Go")
+	}
+	r := newRNG(79)
+	const nb = 5
+	rowBytes := nb*BlockBytesQ4_K + 16 // a stride that is not a whole number of blocks
+	w := make([]byte, 16*rowBytes)
+	for i := range w {
+		w[i] = byte(r.Uint32())
+	}
+	var offs [8]int32
+	for k := range offs {
+		offs[k] = int32(k * rowBytes)
+	}
+	smA, ddA := make([]int32, 256*nb), make([]float32, 32*nb)
+	q4KScales8AVX2(&w[0], &offs[0], nb, &smA[0], &ddA[0])
+	q4KScales8AVX2(&w[8*rowBytes], &offs[0], nb, &smA[8], &ddA[8])
+	smG, ddG := make([]int32, 256*nb), make([]float32, 32*nb)
+	q4KScaleTable(smG, ddG, w, rowBytes, nb, 0)
+	for i := range smG {
+		if smA[i] != smG[i] {
+			t.Fatalf("scale/min table entry %d: gather %d, Go %d", i, smA[i], smG[i])
+		}
+	}
+	for i := range ddG {
+		if math.Float32bits(ddA[i]) != math.Float32bits(ddG[i]) && !(ddA[i] != ddA[i] && ddG[i] != ddG[i]) {
+			t.Fatalf("d/dmin entry %d: gather %g, Go %g", i, ddA[i], ddG[i])
+		}
+	}
+}
