@@ -52,3 +52,24 @@
 	VFMADD231PS  X5, X13, X0 \
 	VCVTDQ2PS    X6, X6 \
 	VFMADD231PS  X4, X6, X1
+
+// Start of a super-block of the four rows at SI, R11, R12, R13: prefetch the same lines of
+// the rows R14 bytes ahead (a later group), then dx in Y7 and the activation's pair sums
+// P_j in both lanes of Y14 (from the Q8_K block at DI).
+#define Q4K4_START \
+	PREFETCHT0 0(SI)(R14*1) \
+	PREFETCHT0 64(SI)(R14*1) \
+	PREFETCHT0 128(SI)(R14*1) \
+	PREFETCHT0 0(R11)(R14*1) \
+	PREFETCHT0 64(R11)(R14*1) \
+	PREFETCHT0 128(R11)(R14*1) \
+	PREFETCHT0 0(R12)(R14*1) \
+	PREFETCHT0 64(R12)(R14*1) \
+	PREFETCHT0 128(R12)(R14*1) \
+	PREFETCHT0 0(R13)(R14*1) \
+	PREFETCHT0 64(R13)(R14*1) \
+	PREFETCHT0 128(R13)(R14*1) \
+	VBROADCASTSS 0(DI), Y7 \
+	VMOVDQU      260(DI), X4 \
+	VPHADDW      276(DI), X4, X4 \
+	VINSERTI128  $1, X4, Y4, Y14

@@ -509,24 +509,7 @@ TEXT ·dotQ4KRepack4RowsAVX2(SB), NOSPLIT, $0-40
 q4kg4loop:
 	// The four rows are four short streams, which the hardware prefetchers serve worse than
 	// one long one: fetch the same lines of the next group of 4 rows (R14 = 4·stride ahead).
-	PREFETCHT0 0(SI)(R14*1)
-	PREFETCHT0 64(SI)(R14*1)
-	PREFETCHT0 128(SI)(R14*1)
-	PREFETCHT0 0(R11)(R14*1)
-	PREFETCHT0 64(R11)(R14*1)
-	PREFETCHT0 128(R11)(R14*1)
-	PREFETCHT0 0(R12)(R14*1)
-	PREFETCHT0 64(R12)(R14*1)
-	PREFETCHT0 128(R12)(R14*1)
-	PREFETCHT0 0(R13)(R14*1)
-	PREFETCHT0 64(R13)(R14*1)
-	PREFETCHT0 128(R13)(R14*1)
-
-	// Shared per super-block: dx in Y7, the pair sums P_j in both lanes of Y14.
-	VBROADCASTSS 0(DI), Y7
-	VMOVDQU      260(DI), X4
-	VPHADDW      276(DI), X4, X4
-	VINSERTI128  $1, X4, Y4, Y14
+	Q4K4_START
 
 	// Rows 0–3: isum lane vectors reduced pairwise with VPHADDD; mins bytes collected in
 	// X6 (rows 0, 1) and X5 (rows 2, 3); the (d, dmin) fp16 pairs in X3.
