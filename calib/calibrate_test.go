@@ -18,10 +18,16 @@ import (
 // gated delta-net + attention, all experts) models. The two
 // forwards use the same kernels and batch boundaries, so the sums agree to float64 rounding
 // (relative 1e-12); the max |x| must be equal exactly. The input Gram matrices are checked
-// against a float64 XᵀX of the same activations (checkHessians).
+// against a float64 XᵀX of the same activations (checkHessians); "qwen3moe-diag" calibrates
+// without per-expert matrices (ExpertHessianBytes < 0), so the experts' reconstruction is checked.
 func TestCalibrateMatchesFullForward(t *testing.T) {
-	for _, arch := range []string{"qwen3", "qwen3moe", "llama", "qwen35moe", "qwen35"} {
+	for _, arch := range []string{"qwen3", "qwen3moe", "qwen3moe-diag", "llama", "qwen35moe", "qwen35"} {
 		t.Run(arch, func(t *testing.T) {
+			var expertBytes int64
+			arch, diag := strings.CutSuffix(arch, "-diag")
+			if diag {
+				expertBytes = -1
+			}
 			o := fixtures.Preset(arch)
 			if arch == "llama" {
 				o.TieEmbeddings = true
@@ -29,7 +35,7 @@ func TestCalibrateMatchesFullForward(t *testing.T) {
 			dir := genModel(t, o)
 			vocab := vocabOf(t, dir)
 			seqs := randSeqs(7, 4, vocab, 40, 150, 64)
-			res := calibrate(t, dir, Options{Sequences: seqs, Threads: 2, UncoveredSample: -1, NoBaseline: true})
+			res := calibrate(t, dir, Options{Sequences: seqs, Threads: 2, UncoveredSample: -1, NoBaseline: true, ExpertHessianBytes: expertBytes})
 
 			ms := fullSource(t, dir)
 			m, err := infer.Load(ms, infer.Options{Threads: 2, CtxSize: 256, CacheTypeK: "f32", CacheTypeV: "f32", FullPrecision: true})
@@ -91,6 +97,25 @@ func TestCalibrateMatchesFullForward(t *testing.T) {
 				t.Fatal("nothing compared")
 			}
 			checkHessians(t, res, gv, nv)
+			if cfg.NExpert > 0 { // every routed input is per-expert, or diagonal for the size limit
+				hs, err := OpenHessians(res.HessianDir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				n := 0
+				for _, name := range hs.Names() {
+					if w := hs.weights[name].w; w.experts >= 0 {
+						in := hs.weights[name].ix.inputs[w.experts]
+						if (in.kind == GramDiagonal) != diag || (diag && in.reason != GramReasonDisk) {
+							t.Fatalf("%s: expert input of kind %d (%s)", name, in.kind, GramReasonText(in.reason))
+						}
+						n++
+					}
+				}
+				if n == 0 {
+					t.Fatal("no expert inputs")
+				}
+			}
 			var valid int64
 			for _, s := range seqs {
 				valid += int64(s.Valid)
@@ -155,6 +180,10 @@ func TestUncoveredExperts(t *testing.T) {
 	}
 	E, F := gate.Cols, down.Cols
 	rows := rec.rows[:seqs[0].Valid*E]
+	hs, err := OpenHessians(res.HessianDir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, e := range cov.Uncovered {
 		for _, ts := range []*TensorStats{gate, up, down} {
 			if !ts.Synthetic[e] || ts.Counts[e] != int64(seqs[0].Valid) {
@@ -182,6 +211,20 @@ func TestUncoveredExperts(t *testing.T) {
 		for j, w := range want {
 			if got := down.SumSq[e*F+j]; math.Abs(got-w) > 1e-4*w+1e-12 {
 				t.Fatalf("expert %d down column %d: Σx² %v, float64 %v", e, j, got, w)
+			}
+		}
+		// the per-expert Gram matrices saw the same sampled rows: their diagonals are the
+		// statistics' mean squares (float32 tile sums: relative 1e-5)
+		for _, ts := range []*TensorStats{gate, down} {
+			h, ok, err := hs.For(ts.Name, e)
+			if err != nil || !ok {
+				t.Fatalf("%s expert %d: no H (ok %v, err %v)", ts.Name, e, ok, err)
+			}
+			for c := 0; c < ts.Cols; c++ {
+				w := ts.SumSq[e*ts.Cols+c] / float64(ts.Counts[e])
+				if got := h.At(c, c); math.Abs(got-w) > 1e-5*w+1e-30 {
+					t.Fatalf("%s expert %d: H[%d][%d] = %v, statistics %v", ts.Name, e, c, c, got, w)
+				}
 			}
 		}
 	}

@@ -21,7 +21,7 @@ type Collector struct {
 	// of the layer), for the uncovered-expert fallback.
 	Sample func(layer int, x []float32, n, cols int)
 	// gram, when not nil, accumulates the full Gram matrices of the step's inputs from the
-	// valid rows of every non-expert weight's calls.
+	// valid rows of every weight's calls (per expert for routed experts).
 	gram *gramCollector
 
 	valid  int // valid rows of the current sequence
@@ -115,6 +115,11 @@ func (c *Collector) Linear(name string, expert int, x []float32, n, cols int) {
 	v := min(n, rs.validPerExpert[expert])
 	if t := c.tensor(name, cols, c.NExpert); t != nil && v > 0 {
 		t.Add(expert, x, v)
+	}
+	if c.gram != nil && v > 0 {
+		if err := c.gram.expert(name, expert, x[:v*cols], v, cols); err != nil {
+			c.fail(err)
+		}
 	}
 }
 

@@ -101,6 +101,11 @@ type Options struct {
 	// HessianMaxCols is the most columns of an input with a full Gram matrix (0:
 	// DefaultHessianMaxCols; at most MaxGramCols); wider inputs keep only their diagonal.
 	HessianMaxCols int
+	// ExpertHessianBytes bounds the per-expert Gram matrices of routed experts (float32 bytes
+	// of the whole model's, before compression; 0: DefaultExpertHessianBytes; < 0: none): a
+	// model whose matrices would take more keeps the reconstruction from the shared matrix and
+	// per-expert diagonals (docs/calibration.md, "MoE experts").
+	ExpertHessianBytes int64
 	// SearchRows is the number of rows per matrix whose quantization is measured for the
 	// recorded figures (0: DefaultSearchRows; < 0: every row).
 	SearchRows int
@@ -205,6 +210,9 @@ func (o *Options) fill() error {
 	}
 	if o.HessianMaxCols == 0 {
 		o.HessianMaxCols = DefaultHessianMaxCols
+	}
+	if o.ExpertHessianBytes == 0 {
+		o.ExpertHessianBytes = DefaultExpertHessianBytes
 	}
 	if o.HessianMaxCols < 0 || o.HessianMaxCols > MaxGramCols {
 		return fmt.Errorf("calib: hessian column limit %d: want 1 to %d", o.HessianMaxCols, MaxGramCols)
@@ -498,7 +506,7 @@ func (r *run) fingerprint(modelDir string) string {
 	o := r.opts
 	fmt.Fprintf(h, "%s\n%s %d %v %s %q %q %d\n", r.hash, o.WeightDType, o.GroupSize, !o.Asymmetric,
 		o.Method, o.LayersToQuantize, o.SkipLayers, o.UncoveredSample)
-	fmt.Fprintf(h, "hessians %v %d\n", !o.NoHessians, o.HessianMaxCols)
+	fmt.Fprintf(h, "hessians %v %d %d\n", !o.NoHessians, o.HessianMaxCols, max(o.ExpertHessianBytes, -1))
 	return hex.EncodeToString(h.Sum(nil))
 }
 

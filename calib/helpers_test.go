@@ -85,6 +85,7 @@ func vocabOf(t testing.TB, dir string) int {
 // observer calls of a full forward pass, for rows before the valid length.
 type naiveObserver struct {
 	sums   map[string][][]float64
+	grams  map[string][][]float64 // expert weights: per expert, X^T X (cols×cols, upper triangle)
 	counts map[string][]int64
 	maxes  map[string][][]float64
 	valid  int
@@ -96,7 +97,7 @@ type naiveObserver struct {
 }
 
 func newNaive(nexp int) *naiveObserver {
-	return &naiveObserver{sums: map[string][][]float64{}, counts: map[string][]int64{}, maxes: map[string][][]float64{},
+	return &naiveObserver{sums: map[string][][]float64{}, grams: map[string][][]float64{}, counts: map[string][]int64{}, maxes: map[string][][]float64{},
 		seen: map[string]int{}, nexp: nexp, route: map[int][]int32{}, rseen: map[int]int{}}
 }
 
@@ -146,7 +147,20 @@ func (o *naiveObserver) Linear(name string, expert int, x []float32, n, cols int
 		}
 		tok := off + i/o.routeK
 		if tok < o.valid {
-			o.acc(name, expert, o.nexp, x[j*cols:(j+1)*cols])
+			row := x[j*cols : (j+1)*cols]
+			o.acc(name, expert, o.nexp, row)
+			if o.grams[name] == nil {
+				o.grams[name] = make([][]float64, o.nexp)
+			}
+			if o.grams[name][expert] == nil {
+				o.grams[name][expert] = make([]float64, cols*cols)
+			}
+			g := o.grams[name][expert]
+			for i, a := range row {
+				for jj := i; jj < cols; jj++ {
+					g[i*cols+jj] += float64(a) * float64(row[jj])
+				}
+			}
 		}
 		j++
 	}

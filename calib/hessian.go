@@ -23,9 +23,16 @@ const HessianIndexFile = "index.json"
 // DefaultHessianMaxCols is the most columns an input may have to get a full Gram matrix.
 const DefaultHessianMaxCols = 16384
 
+// DefaultExpertHessianBytes is the default bound of Options.ExpertHessianBytes: 4 GiB of
+// per-expert matrices (float32, before compression) for the whole model. A 30B-A3B-sized MoE
+// (48 layers of 128 experts of 2048 inputs) would need about 120 GB and is left out unless the
+// user raises the bound.
+const DefaultExpertHessianBytes = 4 << 30
+
 // gramRole says which input a linear weight reads, by the role part of its GGUF name
 // ("blk.N.<role>.weight"): input is the input whose full Gram matrix serves the weight ("" for
-// none), experts the per-expert diagonals of a stacked expert tensor ("" for none).
+// none), experts the per-expert input of a stacked expert tensor ("" for none): one Gram
+// matrix per expert where the plan allows, else per-expert diagonals.
 type gramRole struct{ input, experts string }
 
 // gramRoles are the linear weights infer feeds through the observer, grouped by the
@@ -87,6 +94,7 @@ type hessStep struct {
 	file   string         // file name in HessianDir
 	layer  int            // -1 for the head
 	cols   map[string]int // full-input candidates: id -> columns
+	nmat   map[string]int // per-expert candidates: id -> experts (absent: one matrix)
 	reason map[string]int // inputs kept diagonal: id -> GramReason*
 	users  map[string]int // id -> number of weights reading it
 }
@@ -112,9 +120,10 @@ func (p *hessPlan) full(step int, id string) bool {
 
 // planHessians lists every step's inputs and keeps full those with at most HessianMaxCols
 // columns whose accumulators fit the memory budget besides base (the rest of the estimate):
-// in a step that does not fit, the largest inputs are dropped to diagonal-only first, and of
-// equal widths those read by fewer weights (attn_output before the q/k/v input). The inputs
-// dropped are reported in one warning.
+// in a step that does not fit, the routed experts' per-expert matrices are dropped first
+// (their H then comes from the shared matrix and their diagonals), largest first, then the
+// largest other inputs, and of equal widths those read by fewer weights (attn_output before
+// the q/k/v input). The inputs dropped are reported in one warning.
 func (r *run) planHessians(base int64) error {
 	o := r.opts
 	if o.NoHessians {
@@ -132,15 +141,39 @@ func (r *run) planHessians(base int64) error {
 		allow = max(0, o.MemoryBudget-base-gramWriteBytes)
 	}
 	dropped := map[string][]int{} // role -> layers
+	// the whole model's per-expert matrices: all of them, or none when over the limit
+	var expertBytes int64
+	for il := 0; il < r.cfg.NLayer; il++ {
+		seen := map[string]bool{}
+		for _, d := range layerDescs(r.src, il) {
+			if _, ex, ok := gramInputOf(d.Name); ok && ex != "" && len(d.Shape) == 3 && !seen[ex] {
+				seen[ex] = true
+				expertBytes += 4 * d.Shape[2] * int64(packedLen(int(d.Shape[0])))
+			}
+		}
+	}
+	noExperts := expertBytes > max(o.ExpertHessianBytes, 0)
+	if noExperts && expertBytes > 0 {
+		r.warn("per-expert Gram matrices left out: they would take %s (limit %s; raise it with --expert-hessian-limit): "+
+			"routed experts' H comes from the shared matrix and their diagonals", fmtBytes(expertBytes), fmtBytes(max(o.ExpertHessianBytes, 0)))
+	}
 	for step := 1; step <= r.cfg.NLayer+1; step++ {
-		s := &hessStep{layer: step - 1, cols: map[string]int{}, reason: map[string]int{}, users: map[string]int{}}
+		s := &hessStep{layer: step - 1, cols: map[string]int{}, nmat: map[string]int{}, reason: map[string]int{}, users: map[string]int{}}
 		if step <= r.cfg.NLayer {
 			s.file = fmt.Sprintf("blk.%d.gram", step-1)
 			for _, d := range layerDescs(r.src, step-1) {
-				in, _, ok := gramInputOf(d.Name)
+				in, ex, ok := gramInputOf(d.Name)
 				if ok && in != "" && len(d.Shape) >= 2 {
 					s.cols[in] = int(d.Shape[0])
 					s.users[in]++
+				}
+				if ok && ex != "" && len(d.Shape) == 3 && d.Shape[2] > 0 {
+					s.cols[ex] = int(d.Shape[0])
+					s.nmat[ex] = int(d.Shape[2])
+					s.users[ex]++
+					if noExperts {
+						s.reason[ex] = GramReasonDisk
+					}
 				}
 			}
 		} else {
@@ -149,6 +182,9 @@ func (r *run) planHessians(base int64) error {
 		}
 		ids := make([]string, 0, len(s.cols))
 		for id, c := range s.cols {
+			if s.reason[id] == GramReasonDisk {
+				continue
+			}
 			if c > maxCols {
 				s.reason[id] = GramReasonCols
 				k := fmt.Sprintf("more than %d columns: %s", maxCols, roleOf(id))
@@ -161,6 +197,9 @@ func (r *run) planHessians(base int64) error {
 		// the fewest weights
 		sort.Slice(ids, func(i, j int) bool {
 			a, b := ids[i], ids[j]
+			if (s.nmat[a] > 0) != (s.nmat[b] > 0) {
+				return s.nmat[a] > 0
+			}
 			if s.cols[a] != s.cols[b] {
 				return s.cols[a] > s.cols[b]
 			}
@@ -171,13 +210,13 @@ func (r *run) planHessians(base int64) error {
 		})
 		var need int64
 		for _, id := range ids {
-			need += gramAccBytes(s.cols[id], threads)
+			need += s.accBytes(id, threads)
 		}
 		for _, id := range ids {
 			if allow < 0 || need <= allow {
 				break
 			}
-			need -= gramAccBytes(s.cols[id], threads)
+			need -= s.accBytes(id, threads)
 			s.reason[id] = GramReasonBudget
 			k := "memory budget: " + roleOf(id)
 			dropped[k] = append(dropped[k], s.layer)
@@ -201,6 +240,11 @@ func (r *run) planHessians(base int64) error {
 	}
 	r.hess = p
 	return nil
+}
+
+// accBytes is the accumulator memory of input id.
+func (s *hessStep) accBytes(id string, threads int) int64 {
+	return gramAccsBytes(s.cols[id], max(1, s.nmat[id]), threads)
 }
 
 // roleOf strips the block prefix of an input id.
@@ -254,8 +298,9 @@ type gramCollector struct {
 	step    int
 	threads int
 	acc     map[string]*gramAcc
-	owner   map[string]string // input id -> the weight whose calls are accumulated
-	cols    map[string]int    // input id -> columns seen
+	experts map[string][]*gramAcc // per-expert inputs: one accumulator per expert (nil: no rows)
+	owner   map[string]string     // input id -> the weight whose calls are accumulated
+	cols    map[string]int        // input id -> columns seen
 }
 
 func (r *run) newGramCollector(step int) *gramCollector {
@@ -263,7 +308,7 @@ func (r *run) newGramCollector(step int) *gramCollector {
 		return nil
 	}
 	return &gramCollector{plan: r.hess, step: step, threads: r.threadCount(), acc: map[string]*gramAcc{},
-		owner: map[string]string{}, cols: map[string]int{}}
+		experts: map[string][]*gramAcc{}, owner: map[string]string{}, cols: map[string]int{}}
 }
 
 // linear accumulates the n valid rows x of a non-expert weight's input.
@@ -297,6 +342,52 @@ func (g *gramCollector) linear(name string, x []float32, n, cols int) error {
 	return err
 }
 
+// expert accumulates the n valid rows x that expert e of a stacked expert weight received
+// (gate and up see the same rows: the first of them seen is accumulated).
+func (g *gramCollector) expert(name string, e int, x []float32, n, cols int) error {
+	_, id, ok := gramInputOf(name)
+	if !ok || id == "" {
+		return nil
+	}
+	if c, seen := g.cols[id]; seen && c != cols {
+		return fmt.Errorf("calib: %s: input %s of %d columns, %s fed it %d", name, id, cols, g.owner[id], c)
+	}
+	g.cols[id] = cols
+	if o, seen := g.owner[id]; seen && o != name {
+		return nil
+	}
+	g.owner[id] = name
+	s := g.plan.steps[g.step]
+	if !g.plan.full(g.step, id) || s.cols[id] != cols {
+		return nil
+	}
+	accs := g.experts[id]
+	if accs == nil {
+		accs = make([]*gramAcc, s.nmat[id])
+		g.experts[id] = accs
+	}
+	if e < 0 || e >= len(accs) {
+		return fmt.Errorf("calib: %s: expert %d of %d", name, e, len(accs))
+	}
+	if accs[e] == nil {
+		var buf *gramBuf
+		for _, a := range accs {
+			if a != nil {
+				buf = a.buf
+				break
+			}
+		}
+		if buf == nil {
+			buf = newGramBuf(cols)
+		}
+		accs[e] = newSharedGramAcc(cols, g.threads, buf)
+	}
+	t0 := time.Now()
+	err := accs[e].add(x, n)
+	g.plan.spent += time.Since(t0)
+	return err
+}
+
 // gramFile assembles the step's Gram file from the accumulators and the step's statistics
 // (the diagonals of inputs kept diagonal-only and of routed experts).
 func (g *gramCollector) gramFile(names []string, ss *Stats) *gramFileData {
@@ -326,11 +417,18 @@ func (g *gramCollector) gramFile(names []string, ss *Stats) *gramFileData {
 			return i
 		}
 		if experts {
+			if accs := g.experts[id]; accs != nil {
+				return addInput(expertsInput(id, s.cols[id], accs))
+			}
 			ts := ss.Tensors[name]
 			if ts == nil || ts.NMat < 1 {
 				return -1
 			}
-			return addInput(diagOf(id, ts, GramReasonExperts))
+			reason := s.reason[id]
+			if reason == GramReasonNone {
+				reason = GramReasonExperts
+			}
+			return addInput(diagOf(id, ts, reason))
 		}
 		if a := g.acc[id]; a != nil && a.rows > 0 {
 			packed := a.g
@@ -374,6 +472,28 @@ func (g *gramCollector) gramFile(names []string, ss *Stats) *gramFileData {
 	return f
 }
 
+// expertsInput is the full input of per-expert accumulators (an expert without rows has count
+// 0 and a zero matrix).
+func expertsInput(id string, cols int, accs []*gramAcc) *gramInput {
+	counts := make([]int64, len(accs))
+	for e, a := range accs {
+		if a != nil {
+			counts[e] = a.rows
+		}
+	}
+	per := packedLen(cols)
+	return &gramInput{id: id, kind: GramFull, cols: cols, counts: counts, nvals: len(accs) * per,
+		values: func(i0, i1 int, dst []float32) {
+			for i := i0; i < i1; i++ {
+				v := 0.0
+				if a := accs[i/per]; a != nil && a.g != nil {
+					v = a.g[i%per]
+				}
+				dst[i-i0] = float32(v)
+			}
+		}}
+}
+
 // writeStepHessians writes the Gram file of a finished step.
 func (r *run) writeStepHessians(g *gramCollector, names []string, ss *Stats) error {
 	t0 := time.Now()
@@ -381,6 +501,16 @@ func (r *run) writeStepHessians(g *gramCollector, names []string, ss *Stats) err
 	for _, a := range g.acc {
 		if err := a.flush(); err != nil {
 			return err
+		}
+	}
+	for _, accs := range g.experts {
+		for _, a := range accs {
+			if a == nil {
+				continue
+			}
+			if err := a.flush(); err != nil {
+				return err
+			}
 		}
 	}
 	f := g.gramFile(names, ss)

@@ -26,19 +26,36 @@ const gramChunkRows = 512
 // its rounding error is below 512·2⁻²⁴·Σ|x_i x_j| ≈ 3·10⁻⁵ of the chunk's Σ|x_i x_j| in the
 // worst case (about √512·2⁻²⁴ ≈ 1.4·10⁻⁶ typically), and the float64 sum over chunks adds
 // nothing visible. The stored file rounds to float32 anyway (relative 6·10⁻⁸).
+//
+// The pending-row buffer may be shared by several accumulators of the same width (the routed
+// experts of one input, which are fed one after another): adding rows to one of them first
+// flushes the rows another left in the buffer.
 type gramAcc struct {
 	cols    int
 	threads int
-	rows    int64 // rows added (pending included)
-	g       []float64
+	rows    int64     // rows added (pending included)
+	g       []float64 // allocated with the first row
+	buf     *gramBuf
+}
+
+// gramBuf holds the rows of one accumulator not yet added to its G.
+type gramBuf struct {
 	xt      []float32 // pending rows, transposed: column i of row r at xt[i*gramChunkRows+r]
 	pending int
+	owner   *gramAcc    // the accumulator whose rows are pending
 	tile    [][]float32 // per worker: one gramTile² block
 }
 
+func newGramBuf(cols int) *gramBuf { return &gramBuf{xt: make([]float32, cols*gramChunkRows)} }
+
 func newGramAcc(cols, threads int) *gramAcc {
-	return &gramAcc{cols: cols, threads: max(threads, 1), g: make([]float64, packedLen(cols)),
-		xt: make([]float32, cols*gramChunkRows)}
+	return newSharedGramAcc(cols, threads, newGramBuf(cols))
+}
+
+// newSharedGramAcc returns an accumulator whose pending rows go to buf (made by newGramBuf
+// for the same number of columns).
+func newSharedGramAcc(cols, threads int, buf *gramBuf) *gramAcc {
+	return &gramAcc{cols: cols, threads: max(threads, 1), buf: buf}
 }
 
 // packedLen is the number of entries of the packed upper triangle of an n×n matrix.
@@ -48,9 +65,12 @@ func packedLen(n int) int { return n * (n + 1) / 2 }
 func packedRow(n, i int) int { return i*n - i*(i-1)/2 }
 
 // gramAccBytes is the memory of a gramAcc of cols columns with threads workers.
-func gramAccBytes(cols, threads int) int64 {
+func gramAccBytes(cols, threads int) int64 { return gramAccsBytes(cols, 1, threads) }
+
+// gramAccsBytes is the memory of nmat accumulators of cols columns sharing one buffer.
+func gramAccsBytes(cols, nmat, threads int) int64 {
 	c := int64(cols)
-	return 4*c*(c+1) + 4*c*gramChunkRows + int64(max(threads, 1))*4*gramTile*gramTile
+	return int64(nmat)*4*c*(c+1) + 4*c*gramChunkRows + int64(max(threads, 1))*4*gramTile*gramTile
 }
 
 // add accumulates n rows of x (row-major, cols each); the last chunk waits for flush.
@@ -59,25 +79,40 @@ func (a *gramAcc) add(x []float32, n int) error {
 	if len(x) < n*c {
 		return fmt.Errorf("calib: gram matrix: %d values for %d rows of %d", len(x), n, c)
 	}
+	if n == 0 {
+		return nil
+	}
+	b := a.buf
+	if b.owner != a {
+		if b.owner != nil {
+			if err := b.owner.flush(); err != nil {
+				return err
+			}
+		}
+		b.owner = a
+	}
+	if a.g == nil {
+		a.g = make([]float64, packedLen(c))
+	}
 	for r0 := 0; r0 < n; {
-		k := min(n-r0, gramChunkRows-a.pending)
+		k := min(n-r0, gramChunkRows-b.pending)
 		// transpose 8 rows at a time: each column then gets 8 adjacent values (one cache line
 		// half) instead of 8 scattered stores
 		for r := 0; r < k; r += 8 {
 			g := min(8, k-r)
 			rows := x[(r0+r)*c : (r0+r+g)*c]
-			p := a.pending + r
+			p := b.pending + r
 			for i := 0; i < c; i++ {
-				dst := a.xt[i*gramChunkRows+p : i*gramChunkRows+p+g]
+				dst := b.xt[i*gramChunkRows+p : i*gramChunkRows+p+g]
 				for rr := range dst {
 					dst[rr] = rows[rr*c+i]
 				}
 			}
 		}
-		a.pending += k
+		b.pending += k
 		a.rows += int64(k)
 		r0 += k
-		if a.pending == gramChunkRows {
+		if b.pending == gramChunkRows {
 			if err := a.flush(); err != nil {
 				return err
 			}
@@ -88,24 +123,28 @@ func (a *gramAcc) add(x []float32, n int) error {
 
 // flush adds the pending rows' XᵀX to G.
 func (a *gramAcc) flush() error {
-	k := a.pending
+	b := a.buf
+	if b.owner != a {
+		return nil // a has no rows pending
+	}
+	k := b.pending
 	if k == 0 {
 		return nil
 	}
-	a.pending = 0
+	b.pending = 0
 	c, ld := a.cols, gramChunkRows
-	xt := a.xt
+	xt := b.xt
 	nb := (c + gramTile - 1) / gramTile
 	npairs := nb * (nb + 1) / 2
 	threads := max(1, min(a.threads, npairs))
-	for len(a.tile) < threads {
-		a.tile = append(a.tile, make([]float32, gramTile*gramTile))
+	for len(b.tile) < threads {
+		b.tile = append(b.tile, make([]float32, gramTile*gramTile))
 	}
 	var next atomic.Int64
 	var firstErr error
 	var mu sync.Mutex
 	work := func(w int) {
-		tile := a.tile[w]
+		tile := b.tile[w]
 		for {
 			p := int(next.Add(1) - 1)
 			if p >= npairs {

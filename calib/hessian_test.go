@@ -74,6 +74,38 @@ func (t teeObserver) Route(layer int, experts []int32, weights []float32, n, k i
 	}
 }
 
+// checkExpertReconstruction checks For of an expert without its own matrix: gate/up
+// λ·D^½ C D^½ + (1−λ)·D from the all-token Gram matrix ref (float64, n×n) and the expert's
+// float64 Σx² sums over ne rows; down has no H.
+func checkExpertReconstruction(t *testing.T, name string, e int, h *mat.SymDense, ok bool, ref []float64, n int, sums []float64, ne float64) {
+	t.Helper()
+	if strings.Contains(name, "ffn_down_exps") {
+		if ok {
+			t.Fatalf("%s expert %d: a full H where only a diagonal exists", name, e)
+		}
+		return
+	}
+	if !ok {
+		t.Fatalf("%s expert %d: no H", name, e)
+	}
+	lambda := 1.0
+	if ne < float64(n) {
+		lambda = ne / (ne + float64(n))
+	}
+	for i := 0; i < n; i++ {
+		for j := i; j < n; j++ {
+			di, dj := sums[i]/ne, sums[j]/ne
+			want := di
+			if i != j {
+				want = lambda * math.Sqrt(di*dj) * ref[i*n+j] / math.Sqrt(ref[i*n+i]*ref[j*n+j])
+			}
+			if got := h.At(i, j); math.Abs(got-want) > 1e-5*math.Sqrt(di*dj)+1e-30 {
+				t.Fatalf("%s expert %d (%v rows, λ %.3f): H[%d][%d] = %v, reference %v", name, e, ne, lambda, i, j, got, want)
+			}
+		}
+	}
+}
+
 // gramTol is the tolerance of a stored H entry relative to √(H_ii H_jj): the float32 partial
 // sums of at most 512 rows (≤ 3e-5 worst case, ~1e-6 typical) and float32 storage (6e-8).
 const gramTol = 2e-5
@@ -129,14 +161,17 @@ func checkHessians(t *testing.T, res *Result, gv *gramObserver, nv *naiveObserve
 		}
 		checked++
 	}
-	// routed experts: gate/up from the shared FFN input, down diagonal-only
+	// routed experts: each expert's own Gram matrix shrunk toward the all-token correlation
+	// (gate/up) or its diagonal (down); without per-expert matrices, gate/up reconstructed from
+	// the all-token matrix and the expert's diagonal, down diagonal-only
 	for name := range names {
 		sums := nv.sums[name]
 		if sums == nil || len(sums) < 2 {
 			t.Fatalf("Gram entry for %s, which the forward did not feed as a non-expert weight", name)
 		}
 		router := layerPrefix(Layer(name)) + "ffn_gate_inp.weight"
-		ref, n := gv.g[router], gv.cols[router]
+		ref, nr := gv.g[router], gv.cols[router]
+		down := strings.Contains(name, "ffn_down_exps")
 		if _, _, err := hs.For(name, -1); err == nil {
 			t.Fatalf("%s: expert -1 accepted", name)
 		}
@@ -145,29 +180,44 @@ func checkHessians(t *testing.T, res *Result, gv *gramObserver, nv *naiveObserve
 			if err != nil {
 				t.Fatal(err)
 			}
-			if strings.Contains(name, "ffn_down_exps") || sums[e] == nil {
+			if sums[e] == nil {
 				if ok {
-					t.Fatalf("%s expert %d: a full H where only a diagonal (or nothing) exists", name, e)
+					t.Fatalf("%s expert %d: a full H for an expert without rows", name, e)
 				}
 				continue
+			}
+			w := hs.weights[name]
+			if w.ix.inputs[w.w.experts].kind == GramDiagonal {
+				checkExpertReconstruction(t, name, e, h, ok, ref, nr, sums[e], float64(nv.counts[name][e]))
+				checked++
+				continue
+			}
+			ge := nv.grams[name][e]
+			n := len(sums[e])
+			if !down && n != nr {
+				t.Fatalf("%s: %d columns, router input %d", name, n, nr)
 			}
 			if !ok {
 				t.Fatalf("%s expert %d: no H", name, e)
 			}
 			ne := float64(nv.counts[name][e])
-			lambda := 1.0
-			if ne < float64(n) {
-				lambda = ne / (ne + float64(n))
+			wt := ne / (ne + float64(n))
+			if got := ExpertOwnWeight(ne, n); got != wt {
+				t.Fatalf("ExpertOwnWeight(%v, %d) = %v, want %v", ne, n, got, wt)
 			}
 			for i := 0; i < n; i++ {
 				for j := i; j < n; j++ {
-					di, dj := sums[e][i]/ne, sums[e][j]/ne
+					di, dj := ge[i*n+i]/ne, ge[j*n+j]/ne
 					want := di
 					if i != j {
-						want = lambda * math.Sqrt(di*dj) * ref[i*n+j] / math.Sqrt(ref[i*n+i]*ref[j*n+j])
+						prior := 0.0
+						if !down {
+							prior = math.Sqrt(di*dj) * ref[i*n+j] / math.Sqrt(ref[i*n+i]*ref[j*n+j])
+						}
+						want = wt*ge[i*n+j]/ne + (1-wt)*prior
 					}
-					if got := h.At(i, j); math.Abs(got-want) > 1e-5*math.Sqrt(di*dj)+1e-30 {
-						t.Fatalf("%s expert %d (%v rows, λ %.3f): H[%d][%d] = %v, reference %v", name, e, ne, lambda, i, j, got, want)
+					if got := h.At(i, j); math.Abs(got-want) > 1e-5*math.Sqrt(di*dj)+1e-30 || h.At(j, i) != got {
+						t.Fatalf("%s expert %d (%v rows, w %.3f): H[%d][%d] = %v, reference %v", name, e, ne, wt, i, j, got, want)
 					}
 				}
 			}
@@ -202,6 +252,61 @@ func hessiansEqual(t *testing.T, what, a, b string) {
 		y, oky, erry := hb.For(name, e)
 		if errx != nil || erry != nil || okx != oky || (okx && !mat.Equal(x, y)) {
 			t.Fatalf("%s: H of %s differs (%v %v %v %v)", what, name, okx, oky, errx, erry)
+		}
+	}
+}
+
+// TestExpertHessianBudget gives a MoE run memory for its shared inputs' Gram accumulators but
+// not for the per-expert ones: the per-expert matrices must be dropped first (diagonal, reason
+// budget, named in the warning) and every shared input keep its full matrix.
+func TestExpertHessianBudget(t *testing.T) {
+	o := fixtures.Preset("qwen3moe")
+	o.Layers = 1
+	dir := genModel(t, o)
+	seqs := randSeqs(6, 2, vocabOf(t, dir), 30, 60, 64)
+	base := Options{Sequences: seqs, Threads: 2, NoBaseline: true, NoSensitivity: true}
+	full := calibrate(t, dir, base)
+	hs, err := OpenHessians(full.HessianDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shared int64
+	experts := 0
+	for _, ix := range []*gramIndex{hs.weights["blk.0.attn_q.weight"].ix} {
+		for _, in := range ix.inputs {
+			if in.kind != GramFull {
+				t.Fatalf("%s: kind %d without a budget", in.id, in.kind)
+			}
+			if len(in.counts) > 1 {
+				experts++
+				continue
+			}
+			shared += gramAccBytes(in.cols, 2)
+		}
+	}
+	if experts != 2 {
+		t.Fatalf("%d per-expert inputs, want 2 (gate/up and down)", experts)
+	}
+	var warned []string
+	opts := base
+	nohess := base
+	nohess.NoHessians = true
+	est := calibrate(t, dir, nohess).EstimatedBytes
+	opts.MemoryBudget = est + gramWriteBytes + shared + 1024
+	opts.Warn = func(s string) { warned = append(warned, s) }
+	res := calibrate(t, dir, opts)
+	if w := strings.Join(warned, "\n"); !strings.Contains(w, "memory budget: ffn_in.experts (block 0)") ||
+		!strings.Contains(w, "memory budget: ffn_down_exps_in.experts (block 0)") {
+		t.Fatalf("warnings %q do not name the per-expert inputs", w)
+	}
+	hb, err := OpenHessians(res.HessianDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range hb.weights["blk.0.attn_q.weight"].ix.inputs {
+		isExp := strings.HasSuffix(in.id, ".experts")
+		if isExp && (in.kind != GramDiagonal || in.reason != GramReasonBudget) || !isExp && in.kind != GramFull {
+			t.Errorf("%s: kind %d, %s", in.id, in.kind, GramReasonText(in.reason))
 		}
 	}
 }
@@ -246,7 +351,7 @@ func TestHessianBudgetFallback(t *testing.T) {
 			t.Fatalf("%s (%s, %s): ok %v err %v", name, in.id, GramReasonText(in.reason), ok, err)
 		}
 		if in.kind == GramDiagonal {
-			vals, err := hs.values(w.ix, w.w.input)
+			vals, err := hs.values(w.ix, w.w.input, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -299,15 +404,17 @@ func testGramFile(t testing.TB, cols int) ([]byte, *gramFileData, map[string][]f
 	mk := func(id string, kind, reason, cols int, counts []int64) *gramInput {
 		n := len(counts) * cols
 		if kind == GramFull {
-			n = packedLen(cols)
+			n = len(counts) * packedLen(cols)
 		}
 		v := make([]float32, n)
 		for i := range v {
 			v[i] = float32(rng.NormFloat64())
 		}
 		if kind == GramFull {
-			for i := 0; i < cols; i++ {
-				v[packedRow(cols, i)] = float32(10 + rng.Float64())
+			for m := range counts {
+				for i := 0; i < cols; i++ {
+					v[m*packedLen(cols)+packedRow(cols, i)] = float32(10 + rng.Float64())
+				}
 			}
 		} else {
 			for i := range v {
@@ -323,8 +430,10 @@ func testGramFile(t testing.TB, cols int) ([]byte, *gramFileData, map[string][]f
 		mk("blk.3.attn_in", GramFull, GramReasonNone, cols, []int64{40}),
 		mk("blk.3.ffn_down_in", GramDiagonal, GramReasonBudget, 48, []int64{40}),
 		mk("blk.3.ffn_in.experts", GramDiagonal, GramReasonExperts, cols, []int64{5, 0, 2000}),
+		mk("blk.3.ffn_down_exps_in.experts", GramFull, GramReasonNone, 40, []int64{30, 0, 7, 100}),
 	}
-	f.weights = []gramWeight{{"blk.3.attn_q.weight", 0, -1}, {"blk.3.ffn_down.weight", 1, -1}, {"blk.3.ffn_up_exps.weight", 0, 2}}
+	f.weights = []gramWeight{{"blk.3.attn_q.weight", 0, -1}, {"blk.3.ffn_down.weight", 1, -1}, {"blk.3.ffn_up_exps.weight", 0, 2},
+		{"blk.3.ffn_down_exps.weight", -1, 3}}
 	var buf bytes.Buffer
 	if err := writeGram(&buf, f); err != nil {
 		t.Fatal(err)
@@ -340,7 +449,7 @@ func TestGramFileRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ix.layer != 3 || ix.run != f.run || len(ix.inputs) != 3 || len(ix.weights) != 3 {
+	if ix.layer != 3 || ix.run != f.run || len(ix.inputs) != 4 || len(ix.weights) != 4 {
 		t.Fatalf("parsed %+v", ix)
 	}
 	if len(ix.inputs[0].chunks) < 2 {
@@ -348,9 +457,19 @@ func TestGramFileRoundTrip(t *testing.T) {
 	}
 	for i, in := range ix.inputs {
 		want := vals[in.id]
-		got := make([]float32, in.nvals)
-		if err := readGramValues(bytes.NewReader(b), ix, in, got); err != nil {
-			t.Fatal(err)
+		var got []float32
+		for m := 0; m < len(in.counts); m++ { // a full input matrix by matrix
+			part := make([]float32, in.matValues())
+			if err := readGramValues(bytes.NewReader(b), ix, in, m, part); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, part...)
+			if in.kind == GramDiagonal {
+				break
+			}
+		}
+		if len(got) != len(want) {
+			t.Fatalf("input %d: %d values, wrote %d", i, len(got), len(want))
 		}
 		for k := range want {
 			if math.Float32bits(got[k]) != math.Float32bits(want[k]) {
@@ -384,6 +503,30 @@ func TestGramFileRoundTrip(t *testing.T) {
 	}
 	if _, ok, err := hs.For("blk.3.ffn_up_exps.weight", 1); ok || err != nil {
 		t.Fatalf("expert without rows: ok %v err %v", ok, err)
+	}
+	// per-expert matrices without a shared input: own off-diagonal shrunk toward 0 by
+	// w = n_e/(n_e+cols), diagonal G_e[i][i]/n_e
+	gd := vals["blk.3.ffn_down_exps_in.experts"]
+	for _, e := range []int{0, 2, 3} {
+		ne := []float64{30, 0, 7, 100}[e]
+		h, ok, err := hs.For("blk.3.ffn_down_exps.weight", e)
+		if err != nil || !ok {
+			t.Fatalf("down expert %d: ok %v err %v", e, ok, err)
+		}
+		ge := gd[e*packedLen(40) : (e+1)*packedLen(40)]
+		for _, ij := range [][2]int{{0, 0}, {0, 7}, {39, 39}, {5, 38}} {
+			i, j := ij[0], ij[1]
+			want := float64(ge[packedRow(40, i)+j-i]) / ne
+			if i != j {
+				want *= ne / (ne + 40)
+			}
+			if got := h.At(i, j); math.Abs(got-want) > 1e-15*math.Abs(want) || h.At(j, i) != got {
+				t.Fatalf("down expert %d: H[%d][%d] = %v, want %v", e, i, j, got, want)
+			}
+		}
+	}
+	if _, ok, err := hs.For("blk.3.ffn_down_exps.weight", 1); ok || err != nil {
+		t.Fatalf("down expert without rows: ok %v err %v", ok, err)
 	}
 	if _, _, err := hs.For("blk.3.ffn_up_exps.weight", 3); err == nil {
 		t.Fatal("expert out of range accepted")
@@ -500,7 +643,7 @@ func TestGramFileErrors(t *testing.T) {
 		{"layer", "layer -5 out of range", patch(12, u32(uint32(0xfffffffb))...), -1},
 		{"weights", "exceed the limit", patch(48, u32(1<<20)...), -1},
 		{"input ref", "refers to input 9", patch(w0, u32(9)...), -1},
-		{"cols", "a full matrix of 40000 columns", patch(in0cols, u32(40000)...), -1},
+		{"cols", "full matrices of 40000 columns", patch(in0cols, u32(40000)...), -1},
 		{"cols zero", "out of range", patch(in0cols, u32(0)...), -1},
 		{"kind", "unknown kind 7", patch(in0cols-2, 7), -1},
 		{"truncated", "does not fit the file", b[:len(b)-20], -1},
@@ -570,11 +713,11 @@ func FuzzHessianFile(f *testing.F) {
 			return
 		}
 		for _, in := range ix.inputs {
-			if in.nvals > 1<<22 {
+			if in.matValues() > 1<<22 {
 				continue
 			}
-			vals := make([]float32, in.nvals)
-			if readGramValues(bytes.NewReader(data), ix, in, vals) != nil {
+			vals := make([]float32, in.matValues())
+			if readGramValues(bytes.NewReader(data), ix, in, len(in.counts)-1, vals) != nil {
 				continue
 			}
 			for _, w := range ix.weights {

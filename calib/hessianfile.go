@@ -17,7 +17,7 @@ import (
 // (hessians/blk.N.gram, hessians/output.gram), little-endian throughout:
 //
 //	magic      "TQGRAM\x00\x00"
-//	version    uint32 (1)
+//	version    uint32 (2; version 1 files are read too)
 //	layer      int32 (-1: the LM head's input)
 //	run        32 bytes (the run id, shared by every file of one calibration)
 //	n_weights  uint32, n_inputs uint32
@@ -27,11 +27,13 @@ import (
 //	             id_len uint16, id
 //	             kind uint8 (0: full upper triangle of G, 1: diagonal), reason uint8
 //	             cols uint32, nmat uint32, counts nmat × int64
-//	             values: float32, cols·(cols+1)/2 (full: row i holds G[i][i..cols-1]) or
+//	             values: float32, nmat × cols·(cols+1)/2 (full: per matrix, row i holds
+//	               G[i][i..cols-1]; nmat > 1 for routed experts, one matrix per expert) or
 //	               nmat·cols (diagonal: Σx² per matrix), as chunks of
 //	               { raw uint32 (bytes), comp uint32, comp bytes: a zstd frame of the
 //	                 chunk's bytes split into 4 planes (byte k of every float32 in plane k) }
-//	             until raw bytes add up to 4 × the number of values }
+//	             until raw bytes add up to 4 × the number of values; a chunk of a full
+//	             input never spans two matrices, so one expert's matrix reads alone }
 //	end        "TQGEND\x00\x00" (the last bytes of the file)
 //
 // The values are sums (G = Σ_t x_t x_tᵀ, or Σx²); H = G / count.
@@ -40,7 +42,11 @@ import (
 const GramMagic = "TQGRAM\x00\x00"
 
 // GramVersion is the format version written.
-const GramVersion = 1
+const GramVersion = 2
+
+// minGramVersion is the oldest version read: version 1 differs only in allowing one matrix
+// per full input.
+const minGramVersion = 1
 
 const gramEnd = "TQGEND\x00\x00"
 
@@ -59,6 +65,7 @@ const (
 	GramReasonExperts = 1 // routed experts: per-expert diagonals (the full matrix is the layer's shared input)
 	GramReasonCols    = 2 // more columns than the limit (Options.HessianMaxCols)
 	GramReasonBudget  = 3 // the full matrix did not fit the memory budget
+	GramReasonDisk    = 4 // per-expert matrices over Options.ExpertHessianBytes (version 2)
 )
 
 // GramReasonText names a reason for messages and the record.
@@ -72,6 +79,8 @@ func GramReasonText(r int) string {
 		return "more columns than the limit"
 	case GramReasonBudget:
 		return "memory budget"
+	case GramReasonDisk:
+		return "per-expert matrices over the size limit"
 	}
 	return fmt.Sprintf("reason %d", r)
 }
@@ -163,7 +172,7 @@ func writeGram(w io.Writer, f *gramFileData) error {
 	}
 	chunk := 1 // values per chunk: buffers no larger than the largest input needs
 	for _, in := range f.inputs {
-		chunk = max(chunk, min(in.nvals, gramChunkBytes/4))
+		chunk = max(chunk, min(in.nvals/max(1, len(in.counts)), gramChunkBytes/4))
 	}
 	raw := make([]byte, 0, 4*chunk)
 	plane := make([]byte, 4*chunk)
@@ -171,12 +180,16 @@ func writeGram(w io.Writer, f *gramFileData) error {
 	vals := make([]float32, chunk)
 	for _, in := range f.inputs {
 		nmat := len(in.counts)
-		want := nmat * in.cols
+		seg := nmat * in.cols // values per segment: chunks never span two segments
 		if in.kind == GramFull {
-			want = packedLen(in.cols)
+			seg = packedLen(in.cols)
 		}
-		if in.cols <= 0 || nmat == 0 || nmat > maxGramMat || in.nvals != want || want > maxGramValues ||
-			(in.kind == GramFull && (nmat != 1 || in.cols > MaxGramCols)) || (in.kind == GramDiagonal && in.cols > maxGramDiagCols) {
+		want := seg
+		if in.kind == GramFull {
+			want = nmat * seg
+		}
+		if in.cols <= 0 || nmat == 0 || nmat > maxGramMat || in.nvals != want || seg > maxGramValues ||
+			(in.kind == GramFull && in.cols > MaxGramCols) || (in.kind == GramDiagonal && in.cols > maxGramDiagCols) {
 			return fmt.Errorf("input %s: %d values of %d matrices × %d columns (kind %d) exceed the format's limits", in.id, in.nvals, nmat, in.cols, in.kind)
 		}
 		if err := str(in.id); err != nil {
@@ -190,8 +203,8 @@ func writeGram(w io.Writer, f *gramFileData) error {
 			le.PutUint64(b[:], uint64(c))
 			bw.Write(b[:])
 		}
-		for i0 := 0; i0 < in.nvals; i0 += len(vals) {
-			i1 := min(in.nvals, i0+len(vals))
+		for i0 := 0; i0 < in.nvals; {
+			i1 := min((i0/seg+1)*seg, i0+len(vals))
 			v := vals[:i1-i0]
 			in.values(i0, i1, v)
 			raw = raw[:4*len(v)]
@@ -209,6 +222,7 @@ func writeGram(w io.Writer, f *gramFileData) error {
 			u32(uint32(len(raw)))
 			u32(uint32(len(comp)))
 			bw.Write(comp)
+			i0 = i1
 		}
 	}
 	bw.WriteString(gramEnd)
@@ -252,8 +266,18 @@ type gramIndexInput struct {
 	reason int
 	cols   int
 	counts []int64
-	nvals  int
+	nvals  int // all matrices
 	chunks []gramChunk
+	// matChunk[m] is the first chunk of matrix m of a full input (len nmat+1)
+	matChunk []int
+}
+
+// matValues is the number of values of one matrix of a full input (all of a diagonal one).
+func (in *gramIndexInput) matValues() int {
+	if in.kind == GramFull {
+		return packedLen(in.cols)
+	}
+	return in.nvals
 }
 
 // gramIndex is the parsed structure of a Gram file (values not read).
@@ -355,8 +379,8 @@ func (p *gramParser) parse() (*gramIndex, error) {
 	if err != nil {
 		return nil, err
 	}
-	if ver != GramVersion {
-		return nil, p.errf("unsupported version %d (this tq reads %d)", ver, GramVersion)
+	if ver < minGramVersion || ver > GramVersion {
+		return nil, p.errf("unsupported version %d (this tq reads %d to %d)", ver, minGramVersion, GramVersion)
 	}
 	layer, err := p.u32("layer")
 	if err != nil {
@@ -432,14 +456,11 @@ func (p *gramParser) parse() (*gramIndex, error) {
 		ix.inputs = append(ix.inputs, in)
 	}
 	for _, w := range ix.weights {
-		if w.input >= 0 && ix.inputs[w.input].kind == GramDiagonal && len(ix.inputs[w.input].counts) != 1 {
+		if w.input >= 0 && len(ix.inputs[w.input].counts) != 1 {
 			return nil, p.errf("weight %s: its input %s has %d matrices", w.name, ix.inputs[w.input].id, len(ix.inputs[w.input].counts))
 		}
 		if w.experts >= 0 {
 			ex := ix.inputs[w.experts]
-			if ex.kind != GramDiagonal {
-				return nil, p.errf("weight %s: expert input %s is not diagonal", w.name, ex.id)
-			}
 			if w.input >= 0 && ix.inputs[w.input].cols != ex.cols {
 				return nil, p.errf("weight %s: input %s has %d columns, expert input %s %d", w.name, ix.inputs[w.input].id,
 					ix.inputs[w.input].cols, ex.id, ex.cols)
@@ -474,7 +495,7 @@ func (p *gramParser) input(i uint32) (*gramIndexInput, error) {
 	if in.kind != GramFull && in.kind != GramDiagonal {
 		return nil, p.errf("input %s: unknown kind %d", id, in.kind)
 	}
-	if in.reason > GramReasonBudget || (in.kind == GramFull) != (in.reason == GramReasonNone) {
+	if in.reason > GramReasonDisk || (in.kind == GramFull) != (in.reason == GramReasonNone) {
 		return nil, p.errf("input %s: reason %d does not go with kind %d", id, in.reason, in.kind)
 	}
 	cols, err := p.u32("columns of " + id)
@@ -488,15 +509,15 @@ func (p *gramParser) input(i uint32) (*gramIndexInput, error) {
 	switch {
 	case cols == 0 || nmat == 0 || nmat > maxGramMat:
 		return nil, p.errf("input %s: %d matrices of %d columns out of range", id, nmat, cols)
-	case in.kind == GramFull && (nmat != 1 || cols > MaxGramCols):
-		return nil, p.errf("input %s: a full matrix of %d columns (%d matrices): at most 1 of %d", id, cols, nmat, MaxGramCols)
+	case in.kind == GramFull && cols > MaxGramCols:
+		return nil, p.errf("input %s: full matrices of %d columns: at most %d", id, cols, MaxGramCols)
 	case in.kind == GramDiagonal && (cols > maxGramDiagCols || uint64(cols)*uint64(nmat) > maxGramValues):
 		return nil, p.errf("input %s: %d diagonals of %d columns exceed the limits", id, nmat, cols)
 	}
 	in.cols = int(cols)
 	in.nvals = int(nmat) * in.cols
 	if in.kind == GramFull {
-		in.nvals = packedLen(in.cols)
+		in.nvals = int(nmat) * packedLen(in.cols)
 	}
 	if int64(nmat)*8 > p.size-p.off {
 		return nil, p.errf("truncated counts of %s", id)
@@ -513,30 +534,52 @@ func (p *gramParser) input(i uint32) (*gramIndexInput, error) {
 		}
 		in.counts[e] = c
 	}
-	left := int64(in.nvals) * 4
+	segs, segBytes := 1, int64(in.nvals)*4 // chunks never span two segments (full: matrices)
+	if in.kind == GramFull {
+		segs, segBytes = int(nmat), int64(packedLen(in.cols))*4
+		in.matChunk = make([]int, 0, nmat+1)
+	}
+	for m := 0; m < segs; m++ {
+		if in.matChunk != nil {
+			in.matChunk = append(in.matChunk, len(in.chunks))
+		}
+		if err := p.chunks(in, segBytes); err != nil {
+			return nil, err
+		}
+	}
+	if in.matChunk != nil {
+		in.matChunk = append(in.matChunk, len(in.chunks))
+	}
+	return in, nil
+}
+
+// chunks reads the chunk headers of segBytes raw bytes of input in.
+func (p *gramParser) chunks(in *gramIndexInput, segBytes int64) error {
+	id := in.id
+	left := segBytes
 	for left > 0 {
 		raw, err := p.u32("chunk size of " + id)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		comp, err := p.u32("compressed chunk size of " + id)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if raw == 0 || raw%4 != 0 || raw > gramChunkBytes || int64(raw) > left {
-			return nil, p.errf("input %s: chunk of %d bytes (%d left, at most %d, a multiple of 4)", id, raw, left, gramChunkBytes)
+			return p.errf("input %s: chunk of %d bytes (%d left, at most %d, a multiple of 4)", id, raw, left, gramChunkBytes)
 		}
 		if comp == 0 || comp > maxGramComp || int64(comp) > p.size-p.off {
-			return nil, p.errf("input %s: compressed chunk of %d bytes does not fit the file", id, comp)
+			return p.errf("input %s: compressed chunk of %d bytes does not fit the file", id, comp)
 		}
 		if len(in.chunks) >= maxGramValues/1024 {
-			return nil, p.errf("input %s: too many chunks", id)
+			return p.errf("input %s: too many chunks", id)
 		}
 		in.chunks = append(in.chunks, gramChunk{off: p.off, raw: int(raw), comp: int(comp)})
 		p.off += int64(comp)
 		left -= int64(raw)
 	}
-	return in, nil
+	return nil
 }
 
 // gramDecoder decompresses chunks (at most gramChunkBytes each).
@@ -545,9 +588,10 @@ func newGramDecoder() (*zstd.Decoder, error) {
 		zstd.WithDecoderMaxWindow(gramChunkBytes))
 }
 
-// readGramValues reads and checks the values of input in of file r into dst (len in.nvals):
-// every value must be finite, diagonals (and the diagonal of a full matrix) non-negative.
-func readGramValues(r io.ReaderAt, ix *gramIndex, in *gramIndexInput, dst []float32) error {
+// readGramValues reads and checks the values of matrix m of input in of file r into dst (len
+// in.matValues()); m is ignored for a diagonal input (all its diagonals are read). Every value
+// must be finite, diagonals (and the diagonal of a full matrix) non-negative.
+func readGramValues(r io.ReaderAt, ix *gramIndex, in *gramIndexInput, m int, dst []float32) error {
 	fail := func(format string, a ...any) error {
 		return fmt.Errorf("calib: Gram file %s: input %s: %s", ix.path, in.id, fmt.Sprintf(format, a...))
 	}
@@ -556,15 +600,22 @@ func readGramValues(r io.ReaderAt, ix *gramIndex, in *gramIndexInput, dst []floa
 		return err
 	}
 	defer dec.Close()
+	chunks := in.chunks
+	if in.kind == GramFull {
+		if m < 0 || m+1 >= len(in.matChunk) {
+			return fail("matrix %d of %d", m, len(in.counts))
+		}
+		chunks = chunks[in.matChunk[m]:in.matChunk[m+1]]
+	}
 	maxRaw := 0
-	for _, ch := range in.chunks {
+	for _, ch := range chunks {
 		maxRaw = max(maxRaw, ch.raw) // ≤ gramChunkBytes (parseGram)
 	}
 	var comp []byte
 	raw := make([]byte, maxRaw)
 	plane := make([]byte, maxRaw)
 	pos := 0
-	for ci, ch := range in.chunks {
+	for ci, ch := range chunks {
 		if cap(comp) < ch.comp {
 			comp = make([]byte, ch.comp)
 		}

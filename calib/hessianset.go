@@ -56,7 +56,7 @@ type HessianSet struct {
 
 	weights map[string]hessRef
 	mu      sync.Mutex
-	cache   [2]struct { // by kind: the last full matrix and the last diagonals read
+	cache   [3]struct { // the last full matrix, diagonals and expert matrix read
 		key  string
 		vals []float32
 	}
@@ -84,8 +84,9 @@ func OpenHessians(dir string) (*HessianSet, error) {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("calib: %s: %s", ipath, fmt.Sprintf(format, a...))
 	}
-	if idx.Format != HessianIndexFormat || idx.Version != GramVersion {
-		return nil, bad("format %q version %d, want %q version %d", idx.Format, idx.Version, HessianIndexFormat, GramVersion)
+	if idx.Format != HessianIndexFormat || idx.Version < minGramVersion || idx.Version > GramVersion {
+		return nil, bad("format %q version %d, want %q version %d to %d", idx.Format, idx.Version, HessianIndexFormat,
+			minGramVersion, GramVersion)
 	}
 	run, err := hex.DecodeString(idx.Run)
 	if err != nil || len(run) != 32 {
@@ -173,10 +174,12 @@ func (s *HessianSet) Names() []string {
 // For returns H = G/n, the mean of x xᵀ over the n calibration rows fed to the input of weight
 // tensorName (GGUF name), as a symmetric matrix of its input's columns (both triangles set).
 // expert is -1 for non-expert weights, the expert index for a stacked expert tensor
-// (*_exps): its H is reconstructed from the layer's all-token Gram matrix and the expert's
-// own diagonal (see docs/calibration.md, "MoE experts"). ok is false, with a nil error, when
-// the weight has no entry, only a diagonal was stored (inputs over the column limit or the
-// memory budget, routed experts' down projections) or no row reached it.
+// (*_exps): its H is the expert's own Gram matrix shrunk toward a prior when the calibration
+// stored one per expert, else it is reconstructed from the layer's all-token Gram matrix and
+// the expert's own diagonal (see docs/calibration.md, "MoE experts"). ok is false, with a nil
+// error, when the weight has no entry, only a diagonal was stored (inputs over the column
+// limit or the memory budget, routed experts' down projections without per-expert matrices)
+// or no row reached it.
 func (s *HessianSet) For(tensorName string, expert int) (*mat.SymDense, bool, error) {
 	ref, found := s.weights[tensorName]
 	if !found {
@@ -194,7 +197,7 @@ func (s *HessianSet) For(tensorName string, expert int) (*mat.SymDense, bool, er
 		if in.kind != GramFull || in.counts[0] == 0 {
 			return nil, false, nil
 		}
-		g, err := s.values(ix, w.input)
+		g, err := s.values(ix, w.input, 0)
 		if err != nil {
 			return nil, false, err
 		}
@@ -219,15 +222,22 @@ func (s *HessianSet) For(tensorName string, expert int) (*mat.SymDense, bool, er
 	if expert >= len(ex.counts) {
 		return nil, false, fmt.Errorf("calib: hessians: %s: expert %d of %d", tensorName, expert, len(ex.counts))
 	}
-	if w.input < 0 || ix.inputs[w.input].kind != GramFull || ix.inputs[w.input].counts[0] == 0 || ex.counts[expert] == 0 {
+	if ex.counts[expert] == 0 {
 		return nil, false, nil
 	}
-	g, err := s.values(ix, w.input)
+	shared := w.input >= 0 && ix.inputs[w.input].kind == GramFull && ix.inputs[w.input].counts[0] > 0
+	if ex.kind == GramFull {
+		return s.ownExpertHessian(ix, w, expert, shared)
+	}
+	if !shared {
+		return nil, false, nil
+	}
+	g, err := s.values(ix, w.input, 0)
 	if err != nil {
 		return nil, false, err
 	}
 	n := ex.cols
-	dall, err := s.values(ix, w.experts)
+	dall, err := s.values(ix, w.experts, 0)
 	if err != nil {
 		return nil, false, err
 	}
@@ -238,6 +248,55 @@ func (s *HessianSet) For(tensorName string, expert int) (*mat.SymDense, bool, er
 	}
 	return expertHessian(g, n, d, ne), true, nil
 }
+
+// ownExpertHessian is For of an expert whose own Gram matrix G_e (n_e rows) was stored:
+//
+//	H_e = w · G_e/n_e + (1 − w) · P_e,   w = n_e / (n_e + cols)
+//
+// where the prior P_e is the reconstruction from the all-token correlation (expertHessian with
+// λ = 1) when the layer's shared input has a full matrix (gate/up), else diag(G_e/n_e) (down).
+// Both terms have the diagonal d_e = diag(G_e)/n_e, so H_e does too: the prior only shrinks the
+// expert's own off-diagonal estimates, by as many pseudo-rows as it has columns.
+func (s *HessianSet) ownExpertHessian(ix *gramIndex, w gramWeight, expert int, shared bool) (*mat.SymDense, bool, error) {
+	ex := ix.inputs[w.experts]
+	ge, err := s.values(ix, w.experts, expert)
+	if err != nil {
+		return nil, false, err
+	}
+	n := ex.cols
+	ne := float64(ex.counts[expert])
+	d := make([]float64, n)
+	for i := range d {
+		d[i] = float64(ge[packedRow(n, i)]) / ne
+	}
+	var prior *mat.SymDense
+	if shared {
+		g, err := s.values(ix, w.input, 0)
+		if err != nil {
+			return nil, false, err
+		}
+		prior = expertHessian(g, n, d, float64(n)) // λ = 1: the correlation alone
+	}
+	wt := ExpertOwnWeight(ne, n)
+	data := make([]float64, n*n)
+	for i := 0; i < n; i++ {
+		data[i*n+i] = d[i]
+		row := ge[packedRow(n, i) : packedRow(n, i)+n-i]
+		for k := 1; k < len(row); k++ {
+			j := i + k
+			h := wt * float64(row[k]) / ne
+			if prior != nil {
+				h += (1 - wt) * prior.At(i, j)
+			}
+			data[i*n+j] = h
+			data[j*n+i] = h
+		}
+	}
+	return mat.NewSymDense(n, data), true, nil
+}
+
+// ExpertOwnWeight is w of ownExpertHessian: n_e/(n_e+cols).
+func ExpertOwnWeight(ne float64, cols int) float64 { return ne / (ne + float64(cols)) }
 
 // ExpertShrinkage is λ of the MoE reconstruction for an expert with ne rows and cols columns:
 // 1 from cols rows on, ne/(ne+cols) below.
@@ -277,14 +336,22 @@ func expertHessian(g []float32, n int, d []float64, ne float64) *mat.SymDense {
 	return mat.NewSymDense(n, data)
 }
 
-// values returns the checked values of input i of a file (the last full matrix and the last
-// diagonals read are cached: q, k and v, or the experts of one layer, share theirs).
-func (s *HessianSet) values(ix *gramIndex, i int) ([]float32, error) {
+// values returns the checked values of matrix m of input i of a file (all diagonals of a
+// diagonal input, m ignored). The last full matrix and the last diagonals read are cached: q,
+// k and v, or the experts of one layer, share theirs.
+func (s *HessianSet) values(ix *gramIndex, i, m int) ([]float32, error) {
 	in := ix.inputs[i]
-	key := fmt.Sprintf("%s\x00%d", ix.path, i)
+	if in.kind != GramFull {
+		m = 0
+	}
+	key := fmt.Sprintf("%s\x00%d\x00%d", ix.path, i, m)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c := &s.cache[in.kind]
+	slot := in.kind
+	if in.kind == GramFull && len(in.counts) > 1 {
+		slot = 2
+	}
+	c := &s.cache[slot]
 	if c.key == key {
 		return c.vals, nil
 	}
@@ -300,8 +367,8 @@ func (s *HessianSet) values(ix *gramIndex, i int) ([]float32, error) {
 	if n, _ := f.ReadAt(run[:], 16); n != 32 || run != ix.run {
 		return nil, fmt.Errorf("calib: Gram file %s changed since it was opened (run id)", ix.path)
 	}
-	vals := make([]float32, in.nvals)
-	if err := readGramValues(f, ix, in, vals); err != nil {
+	vals := make([]float32, in.matValues())
+	if err := readGramValues(f, ix, in, m, vals); err != nil {
 		return nil, err
 	}
 	c.key, c.vals = key, vals

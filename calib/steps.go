@@ -134,7 +134,7 @@ func (r *run) layer(il int) (*stepResult, *Stats, error) {
 		cov := hist.Coverage()
 		sr.Coverage = &cov
 		if len(cov.Uncovered) > 0 {
-			n, err := r.fillUncovered(il, ss, lw, cov.Uncovered, sample)
+			n, err := r.fillUncovered(il, ss, lw, cov.Uncovered, sample, gc)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -181,9 +181,9 @@ func (r *run) searchOpts() *SearchOptions {
 		NoSensitivity: r.opts.NoSensitivity, SampleRows: r.opts.SearchRows}
 }
 
-// fillUncovered gives never-routed experts statistics by running them on the sampled FFN
-// inputs of the layer as if every sampled token had been routed to them.
-func (r *run) fillUncovered(il int, ss *Stats, lw *layerWeights, experts []int, sample *reservoir) (int, error) {
+// fillUncovered gives never-routed experts statistics (and, with gc, Gram matrices) by running
+// them on the sampled FFN inputs of the layer as if every sampled token had been routed to them.
+func (r *run) fillUncovered(il int, ss *Stats, lw *layerWeights, experts []int, sample *reservoir, gc *gramCollector) (int, error) {
 	if sample == nil || sample.n == 0 {
 		r.warn("layer %d: experts %v were never routed to and keep no statistics (uncovered-expert fallback disabled or no tokens)", il, experts)
 		return 0, nil
@@ -221,6 +221,14 @@ func (r *run) fillUncovered(il int, ss *Stats, lw *layerWeights, experts []int, 
 		}
 		ts[2].Add(e, g, S)
 		ts[2].Synthetic[e] = true
+		if gc != nil { // the per-expert Gram matrices see the same rows
+			if err := gc.expert(names[0], e, x, S, E); err != nil {
+				return 0, err
+			}
+			if err := gc.expert(names[2], e, g, S, F); err != nil {
+				return 0, err
+			}
+		}
 	}
 	r.warn("layer %d: experts %v were never routed to; their statistics come from %d sampled tokens of the layer run through them", il, experts, S)
 	return len(experts), nil

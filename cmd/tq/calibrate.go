@@ -24,6 +24,7 @@ import (
 
 type calibrateFlags struct {
 	out, weightDType, kvDType, method, memBudget, exportIM, importIM string
+	expertHessianLimit                                               string
 	datasets, layers, skip                                           []string
 	groupSize, threads, maxLen, padMultiple, uncovered, searchRows   int
 	symmetric, restart, keepCkpt, json, noBaseline                   bool
@@ -53,7 +54,9 @@ Outputs in the output directory (default: MODEL_DIR, where tq convert --use-turb
   calibration.tqstats.zst    the full statistics (docs/calibration.md)
   routing.json               MoE routing histogram and expert coverage
   hessians/                  the input Gram matrices E[x xᵀ] of every linear layer (GPTQ-style
-                             quantization); --no-hessians skips them
+                             quantization), one per routed expert for MoE models while the
+                             whole model's stay under --expert-hessian-limit; --no-hessians
+                             skips them
   sensitivity.json           per tensor, the KL divergence the model's output suffers when that
                              tensor alone is quantized to 4.5 bits, measured on a sample of the
                              calibration tokens (--sensitivity-tokens); budgets (tq convert
@@ -95,6 +98,7 @@ An interrupted run resumes from its last finished block (checkpoint in OUT/.tq-c
 	fl.BoolVar(&f.hessians, "hessians", true, "write the input Gram matrices of every linear layer to OUT/hessians (full up to --hessian-max-cols columns)")
 	fl.BoolVar(&f.noHessians, "no-hessians", false, "do not collect the input Gram matrices (same as --hessians=false)")
 	fl.IntVar(&f.hessianMaxCols, "hessian-max-cols", calib.DefaultHessianMaxCols, "inputs wider than this keep only their diagonal in hessians/")
+	fl.StringVar(&f.expertHessianLimit, "expert-hessian-limit", "4GiB", "MoE: most bytes (float32, before compression) of per-expert Gram matrices in hessians/ for the whole model; over it (or 0) experts keep diagonals")
 	fl.IntVar(&f.sensTokens, "sensitivity-tokens", calib.DefaultSensitivityTokens, "calibration tokens scored by the measured-sensitivity pass (0 = off; by default fewer when the pass would take more than twice the statistics pass)")
 	fl.StringVar(&f.exportIM, "export-imatrix", "", "also write the statistics as a llama.cpp imatrix (.gguf, or .dat for the legacy format)")
 	fl.StringVar(&f.importIM, "import-imatrix", "", "use a llama.cpp imatrix (.gguf or .dat) instead of running the model")
@@ -138,6 +142,11 @@ func runCalibrate(cmd *cobra.Command, dir string, f *calibrateFlags) error {
 	var err error
 	if opts.MemoryBudget, err = parseSize(f.memBudget); err != nil {
 		return fmt.Errorf("--memory-budget: %w", err)
+	}
+	if lim := strings.TrimSpace(f.expertHessianLimit); lim == "0" {
+		opts.ExpertHessianBytes = -1 // none
+	} else if opts.ExpertHessianBytes, err = parseSize(lim); err != nil || opts.ExpertHessianBytes == 0 {
+		return fmt.Errorf("--expert-hessian-limit %q: want a size (e.g. 4GiB, 500M) or 0", f.expertHessianLimit)
 	}
 	outDir := f.out
 	if outDir == "" {

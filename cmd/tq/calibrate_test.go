@@ -76,6 +76,16 @@ func TestCalibrateCommand(t *testing.T) {
 	if err := rootCmd.Execute(); err == nil || !strings.Contains(err.Error(), "weighted MSE") {
 		t.Errorf("--calibration-method kl: %v", err)
 	}
+	if c, _, err := rootCmd.Find([]string{"calibrate"}); err == nil {
+		c.Flags().Set("calibration-method", calib.MethodMSE)
+	}
+	rootCmd.SetArgs([]string{"calibrate", dir, "-o", out, "--expert-hessian-limit", "-3G"})
+	if err := rootCmd.Execute(); err == nil || !strings.Contains(err.Error(), "--expert-hessian-limit") {
+		t.Errorf("--expert-hessian-limit -3G: %v", err)
+	}
+	if c, _, err := rootCmd.Find([]string{"calibrate"}); err == nil {
+		c.Flags().Set("expert-hessian-limit", "4GiB")
+	}
 }
 
 // TestCalibrateContextLength: without --max-length, calibration sequences stop at the model's

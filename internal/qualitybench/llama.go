@@ -26,6 +26,10 @@ func llamaLogProbs(bridgeDir, model string, wins [][]int32, vocab, threads int, 
 	for _, w := range wins {
 		ctxLen = max(ctxLen, len(w)+1)
 	}
+	// the bridge runs in bridgeDir: a relative model path must not be resolved there
+	if abs, err := filepath.Abs(model); err == nil {
+		model = abs
+	}
 	req := map[string]any{"op": "logprobs", "model": model, "sequences": wins, "vocab": vocab,
 		"threads": threads, "ctx": ctxLen}
 	if kvType != "" {
