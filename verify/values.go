@@ -9,6 +9,7 @@ import (
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/internal/convert/policy"
 	"github.com/tq-project/tq/internal/modelsrc"
+	"github.com/tq-project/tq/internal/rotate"
 	"github.com/tq-project/tq/quant"
 )
 
@@ -47,14 +48,35 @@ type weightReader interface {
 }
 
 type hfWeights struct {
-	s      *modelsrc.HFSource
+	s      modelsrc.TensorSource
 	shapes map[string][]int64
 }
 
-func openHFWeights(dir string) (*hfWeights, error) {
-	s, err := modelsrc.OpenHF(dir)
+// openHFWeights opens an HF folder as the reference weights; rotation is the file's
+// rotate.MetaKey value ("" for none): the reference is then rotated the same way, so the
+// values compare tensor by tensor.
+func openHFWeights(dir, rotation string) (*hfWeights, error) {
+	hf, err := modelsrc.OpenHF(dir)
 	if err != nil {
 		return nil, err
+	}
+	var s modelsrc.TensorSource = hf
+	if rotation != "" {
+		spec, err := rotate.ParseSpec(rotation)
+		if err != nil {
+			hf.Close()
+			return nil, err
+		}
+		rs, err := rotate.Wrap(hf, spec.Seed)
+		if err != nil {
+			hf.Close()
+			return nil, err
+		}
+		if rs.Rotation().Spec() != spec {
+			hf.Close()
+			return nil, fmt.Errorf("the file's rotation %q does not fit %s (hidden size %d)", rotation, dir, rs.Rotation().Dim())
+		}
+		s = rs
 	}
 	w := &hfWeights{s: s, shapes: map[string][]int64{}}
 	for _, d := range s.Tensors() {

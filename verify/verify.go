@@ -16,6 +16,7 @@ import (
 	"github.com/tq-project/tq/infer"
 	"github.com/tq-project/tq/internal/boundedread"
 	"github.com/tq-project/tq/internal/imatrix"
+	"github.com/tq-project/tq/internal/rotate"
 	"github.com/tq-project/tq/tokenizer"
 	"github.com/tq-project/tq/verify/reflogits"
 )
@@ -421,8 +422,9 @@ func (s *runState) integrity(ctx context.Context) error {
 	vo := valueOptions{Full: s.o.Full, SampleRows: s.o.SampleRows, Progress: s.p.bar("decoding tensors")}
 	if s.o.Reference != "" {
 		var wr weightReader
+		rotation, _ := m.Metadata().GetString(rotate.MetaKey)
 		if isDir(s.o.Reference) {
-			w, err := openHFWeights(s.o.Reference)
+			w, err := openHFWeights(s.o.Reference, rotation)
 			if err != nil {
 				return &Error{fmt.Errorf("reference: %w", err)}
 			}
@@ -431,6 +433,10 @@ func (s *runState) integrity(ctx context.Context) error {
 			rm, err := gguf.Open(s.o.Reference)
 			if err != nil {
 				return &Error{fmt.Errorf("reference: %w", err)}
+			}
+			if rr, _ := rm.Metadata().GetString(rotate.MetaKey); rr != rotation {
+				rm.Close()
+				return &Error{fmt.Errorf("reference %s: rotation %q, the file's is %q: their tensors cannot be compared (give the Hugging Face folder)", s.o.Reference, rr, rotation)}
 			}
 			wr = ggufWeights{rm}
 		}

@@ -23,7 +23,8 @@ type convertFlags struct {
 	out, outType, config, embType, name string
 	calibration                         string
 	splitMaxTensors                     int
-	turbo, force, noManifest            bool
+	turbo, force, noManifest, rotate    bool
+	rotateSeed                          uint64
 }
 
 func init() {
@@ -52,6 +53,13 @@ Calibration: --calibration DIR takes everything tq calibrate wrote to DIR: the p
 matrices (hessians/), with which every quantized tensor is encoded by an error-compensating
 search (GPTQ-style, inside the same ggml block formats). --imatrix takes a llama.cpp imatrix.
 
+Rotation: --rotate multiplies the residual stream by a fixed orthogonal (randomised
+Hadamard) matrix, folded exactly into the embedding, every weight that reads or writes the
+residual, and the norms (set to 1): llama.cpp computes the same function, but outlier channels
+are spread over all columns, so the 4-bit layers lose less. The calibration's matrices are
+rotated with the weights; the GGUF records the rotation (tq.rotation). Not for tied embeddings
+or multi-token-prediction layers.
+
 Streaming: memory stays bounded whatever the model size; the output is written atomically
 (and split with --split-max-size, with a SHA256SUMS manifest). Ctrl-C leaves no partial file.`,
 		Example: `  tq convert ./Qwen3-0.6B -o qwen3-f16.gguf --outtype f16
@@ -75,6 +83,8 @@ Streaming: memory stays bounded whatever the model size; the output is written a
 	fl.StringVar(&f.embType, "embedding-type", "", "turboquant: type of token_embd.weight (default q8_0)")
 	f.writeFlags.register(fl, "presets: ")
 	fl.StringVar(&f.calibration, "calibration", "", "the folder tq calibrate wrote: its quantize_config.json (turboquant), imatrix and input Gram matrices (error-compensating search)")
+	fl.BoolVar(&f.rotate, "rotate", false, "rotate the residual stream by a fixed orthogonal matrix folded exactly into the weights (same function, lower quantization error; docs/rotation.md)")
+	fl.Uint64Var(&f.rotateSeed, "rotate-seed", 1, "--rotate: seed of the rotation's random signs")
 	fl.IntVar(&f.splitMaxTensors, "split-max-tensors", 0, "split the output after this many tensors per shard")
 	fl.BoolVar(&f.noManifest, "no-manifest", false, "do not write SHA256SUMS")
 	fl.StringVar(&f.name, "name", "", "general.name (default: the folder name)")
@@ -92,6 +102,13 @@ func runConvert(cmd *cobra.Command, dir string, f *convertFlags) error {
 	opts.Types.TurboQuant, opts.Types.ConfigPath, opts.Types.Force, opts.Types.EmbeddingType = f.turbo, f.config, f.force, f.embType
 	opts.Output.SplitMaxTensors, opts.Output.NoManifest = f.splitMaxTensors, f.noManifest
 	opts.Name = f.name
+	opts.Types.Rotate, opts.Types.RotateSeed = f.rotate, f.rotateSeed
+	if cmd.Flags().Changed("rotate-seed") && !f.rotate {
+		return fmt.Errorf("--rotate-seed needs --rotate")
+	}
+	if f.rotateSeed == 0 {
+		return fmt.Errorf("--rotate-seed 0: give a positive seed")
+	}
 	calibUsed, err := calibrationInputs(f.calibration, &opts, func(msg string) { fmt.Fprintln(cmd.ErrOrStderr(), "warning:", msg) })
 	if err != nil {
 		return err

@@ -24,6 +24,7 @@ import (
 	"github.com/tq-project/tq/internal/convert/policy"
 	"github.com/tq-project/tq/internal/imatrix"
 	"github.com/tq-project/tq/internal/modelsrc"
+	"github.com/tq-project/tq/internal/rotate"
 	"github.com/tq-project/tq/internal/safetensors"
 	"github.com/tq-project/tq/quant"
 )
@@ -81,12 +82,38 @@ type ImportanceSource interface {
 type importanceLookup struct {
 	src ImportanceSource
 	im  *imatrix.Means
+	// rot, when set, rotates the importance of the residual's readers (TypeOptions.Rotate)
+	rot *rotate.Source
 }
 
 func (l *importanceLookup) enabled() bool { return l != nil && (l.src != nil || l.im != nil) }
 
 // forTensor returns an importance function for the tensor, or nil when no source knows it.
+// For a rotated reader of the residual the importance is rotated with it (only its diagonal
+// is known: rotate.Rotation.Importance).
 func (l *importanceLookup) forTensor(name string, cols int64) (func(int64) ([]float32, error), error) {
+	f, err := l.forTensorUnrotated(name, cols)
+	if f == nil || err != nil || l.rot == nil {
+		return f, err
+	}
+	kind, norm := l.rot.Plan(name)
+	if kind != rotate.Reader {
+		return f, nil
+	}
+	q := l.rot.Rotation()
+	if int64(q.Dim()) != cols {
+		return nil, fmt.Errorf("importance for %s: rows of %d columns, the rotation is of %d", name, cols, q.Dim())
+	}
+	return func(m int64) ([]float32, error) {
+		v, err := f(m)
+		if err != nil {
+			return nil, err
+		}
+		return q.Importance(v, norm), nil
+	}, nil
+}
+
+func (l *importanceLookup) forTensorUnrotated(name string, cols int64) (func(int64) ([]float32, error), error) {
 	if !l.enabled() {
 		return nil, nil
 	}
@@ -182,10 +209,28 @@ func outputMetadata(src gguf.Metadata, name string) gguf.Metadata {
 
 // planHF plans the conversion of an HF model: types (t), metadata with general.name (name, ""
 // for the folder's name) and the provenance of tq version, warnings passed to warn as well.
-func planHF(src *modelsrc.HFSource, t *TypeOptions, name, version string, warn func(string)) (*Plan, error) {
-	info := src.Info()
+func planHF(hf *modelsrc.HFSource, t *TypeOptions, name, version string, warn func(string)) (*Plan, error) {
+	info := hf.Info()
+	var src modelsrc.TensorSource = hf
+	var rs *rotate.Source
+	if t.Rotate {
+		var err error
+		seed := cmp.Or(t.RotateSeed, rotate.DefaultSeed)
+		if rs, err = rotate.Wrap(hf, seed); err != nil {
+			return nil, fmt.Errorf("--rotate: %w", err)
+		}
+		src = rs
+		tc := *t // the calibration's matrices, rotated with the weights
+		if tc.Hessians != nil {
+			tc.Hessians = rotatedHessians{src: tc.Hessians, rs: rs}
+		}
+		t = &tc
+	}
 	descs := src.Tensors()
 	p := &Plan{Input: info.Dir, Arch: info.Arch, onWarn: warn}
+	if rs != nil {
+		p.Rotation = rs.Rotation().Spec().String()
+	}
 	p.metadata = outputMetadata(src.Metadata(), name)
 	for _, d := range descs {
 		if strings.Contains(d.Name, "_shexp") && !info.SharedExperts {
@@ -207,6 +252,7 @@ func planHF(src *modelsrc.HFSource, t *TypeOptions, name, version string, warn f
 	if err != nil {
 		return nil, err
 	}
+	imp.rot = rs
 	reads := make([]func(r0, n int64, dst []float32) error, len(descs))
 	rpm := make([]int64, len(descs))
 	for i, d := range descs {

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/internal/rotate"
 	"github.com/tq-project/tq/quant"
 )
 
@@ -89,4 +90,31 @@ func (c *hessianCache) get(m int64) (*quant.Hessian, error) {
 		}
 	})
 	return e.h, e.err
+}
+
+// rotatedHessians serves the Gram matrices of a rotated model (TypeOptions.Rotate): a weight
+// that reads the rotated residual sees x·Q where the calibration saw x·diag(g), so its matrix
+// is Qᵀ·diag(1/g)·H·diag(1/g)·Q; every other weight's input is unchanged.
+type rotatedHessians struct {
+	src HessianSource
+	rs  *rotate.Source
+}
+
+func (r rotatedHessians) Gram(tensor string, m int) ([]float64, int, bool, error) {
+	g, n, ok, err := r.src.Gram(tensor, m)
+	if err != nil || !ok {
+		return g, n, ok, err
+	}
+	kind, norm := r.rs.Plan(tensor)
+	if kind != rotate.Reader {
+		return g, n, ok, nil
+	}
+	if n != r.rs.Rotation().Dim() {
+		return nil, 0, false, fmt.Errorf("tensor %s: a %d×%d Gram matrix for a rotated reader of width %d", tensor, n, n, r.rs.Rotation().Dim())
+	}
+	h, err := r.rs.Rotation().Gram(g, norm)
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("tensor %s: %w", tensor, err)
+	}
+	return h, n, true, nil
 }

@@ -53,6 +53,13 @@ type TypeOptions struct {
 	// budgets turn each tensor's predicted weight error into predicted KL with them (see
 	// budget.go). nil: the weight-error proxy alone.
 	Sensitivity SensitivitySource
+	// Rotate rotates the residual stream by a fixed orthogonal matrix folded exactly into the
+	// weights (internal/rotate, docs/rotation.md): the same function, easier to quantize. The
+	// calibration's Gram matrices and importance are rotated with it. Models it cannot rotate
+	// exactly (tied embeddings, multi-token-prediction layers, other architectures) are an error.
+	Rotate bool
+	// RotateSeed seeds the rotation's random signs (0: rotate.DefaultSeed).
+	RotateSeed uint64
 	// Improved uses quant.ModeImproved for preset types too (turboquant always uses it for the
 	// int4/int8 layers); the default reproduces llama-quantize's bytes.
 	Improved bool

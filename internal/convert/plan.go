@@ -26,8 +26,10 @@ type Plan struct {
 	Types     []TypeMix      `json:"types"`      // the mix of types, most bytes first
 	Fallbacks int            `json:"fallbacks"`
 	// Importance is the number of tensors quantized with importance weights.
-	Importance int      `json:"importance_tensors"`
-	Warnings   []string `json:"warnings,omitempty"`
+	Importance int `json:"importance_tensors"`
+	// Rotation is the residual-stream rotation folded into the weights (rotate.MetaKey), "" for none.
+	Rotation string   `json:"rotation,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
 
 	metadata gguf.Metadata
 	jobs     []*job
