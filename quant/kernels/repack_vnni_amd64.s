@@ -462,6 +462,17 @@ kvloop:
 // every activation except −128 (matVecRepack checks for it). The float steps are those of
 // dotQ4Repack8RowsAVX2.
 
+// the 8 rows' offsets in units of the row stride, for the scale gather
+DATA rvn_iota8<>+0(SB)/4, $0
+DATA rvn_iota8<>+4(SB)/4, $1
+DATA rvn_iota8<>+8(SB)/4, $2
+DATA rvn_iota8<>+12(SB)/4, $3
+DATA rvn_iota8<>+16(SB)/4, $4
+DATA rvn_iota8<>+20(SB)/4, $5
+DATA rvn_iota8<>+24(SB)/4, $6
+DATA rvn_iota8<>+28(SB)/4, $7
+GLOBL rvn_iota8<>(SB), RODATA|NOPTR, $32
+
 DATA rvn_hishift<>+0(SB)/8, $0
 DATA rvn_hishift<>+8(SB)/8, $0
 DATA rvn_hishift<>+16(SB)/8, $4
@@ -499,6 +510,10 @@ GLOBL rvn_hishift<>(SB), RODATA|NOPTR, $32
 	VBROADCASTI128 (BX), Y14 \
 	VPBROADCASTB   rvn_nib<>(SB), Y15 \
 	VMOVDQU        rvn_hishift<>(SB), Y13 \
+	VMOVQ          AX, X10 \
+	VPBROADCASTD   X10, Y10 \
+	VPMULLD        rvn_iota8<>(SB), Y10, Y10 \
+	VPBROADCASTD   rvn_cffff<>(SB), Y11 \
 	VXORPS         Y0, Y0, Y0 \
 loop: \
 	TESTQ      $1, CX \
@@ -533,28 +548,11 @@ nopf: \
 	VPBROADCASTD (SI), Y3 \
 	VPADDD     Y3, Y2, Y2 \
 	VCVTDQ2PS  Y2, Y2 \
-	MOVWLZX      (R8), BX \
-	MOVWLZX      (R8)(AX*1), DX \
-	SHLL         $16, DX \
-	ORL          DX, BX \
-	MOVWLZX      (R8)(AX*2), DX \
-	SHLQ         $32, DX \
-	ORQ          DX, BX \
-	MOVWLZX      (R9), DX \
-	SHLQ         $48, DX \
-	ORQ          DX, BX \
-	VMOVQ        BX, X7 \
-	MOVWLZX      (R9)(AX*1), BX \
-	MOVWLZX      (R9)(AX*2), DX \
-	SHLL         $16, DX \
-	ORL          DX, BX \
-	MOVWLZX      (R10), DX \
-	SHLQ         $32, DX \
-	ORQ          DX, BX \
-	MOVWLZX      (R10)(AX*1), DX \
-	SHLQ         $48, DX \
-	ORQ          DX, BX \
-	VPINSRQ      $1, BX, X7, X7 \
+	VPCMPEQD     Y9, Y9, Y9 \
+	VPGATHERDD   Y9, (R8)(Y10*1), Y7 \
+	VPAND        Y11, Y7, Y7 \
+	VPACKUSDW    Y7, Y7, Y7 \
+	VPERMQ       $0x08, Y7, Y7 \
 	VCVTPH2PS    X7, Y7 \
 	VBROADCASTSS 4(SI), Y8 \
 	VMULPS       Y8, Y7, Y7 \
