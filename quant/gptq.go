@@ -38,6 +38,13 @@ type GPTQOptions struct {
 	// fitted with (one non-negative value per column, like Options.Importance).
 	// nil means diag(H) + λ.
 	Importance []float32
+	// ActOrder processes the columns in descending order of H_jj (GPTQ's "act order")
+	// instead of left to right: the columns that matter most are rounded first, while the
+	// error of each can still be compensated by the most others. A block's scales are
+	// fitted when its first column in that order is reached (from the weights as updated so
+	// far), a K-quant sub-block's scale likewise; the ggml layout is unchanged. In the
+	// natural order (all H_jj equal) the bytes are those of the left-to-right search.
+	ActOrder bool
 }
 
 func (o *GPTQOptions) name() string {
@@ -111,7 +118,7 @@ func quantizeGPTQ(t gguf.GGMLType, dst []byte, src []float32, nrows, ncols int, 
 	}
 	damp, block, threads := gptqDefaultDamp, gptqDefaultBlock, 0
 	var imp []float32
-	var refine bool
+	var refine, actOrder bool
 	if opts != nil {
 		if opts.Damp != 0 {
 			damp = opts.Damp
@@ -119,7 +126,7 @@ func quantizeGPTQ(t gguf.GGMLType, dst []byte, src []float32, nrows, ncols int, 
 		if opts.BlockSize != 0 {
 			block = opts.BlockSize
 		}
-		threads, imp, refine = opts.Threads, opts.Importance, opts.Refine
+		threads, imp, refine, actOrder = opts.Threads, opts.Importance, opts.Refine, opts.ActOrder
 	}
 	if !(damp > 0) || damp > 1e6 {
 		return fail("damping %v must be positive and at most 1e6", damp)
@@ -136,9 +143,34 @@ func quantizeGPTQ(t gguf.GGMLType, dst []byte, src []float32, nrows, ncols int, 
 	if nrows == 0 {
 		return nil
 	}
-	f, err := h.factor(damp, refine)
-	if err != nil {
-		return fail("%v", err)
+	var f *gptqFactor
+	var perm []int // perm[p]: the column processed p-th (nil: left to right)
+	var hf []float32
+	if actOrder {
+		a, err := h.actOrder(damp, refine)
+		if err != nil {
+			return fail("%v", err)
+		}
+		f, perm, hf = a.fac, a.perm, a.hf
+	} else {
+		if f, err = h.factor(damp, refine); err != nil {
+			return fail("%v", err)
+		}
+		hf = f.hf
+	}
+	// nat[p]: the natural column of position p; diagNat: diag(H)+λ in the natural order
+	nat := perm
+	if nat == nil {
+		nat = make([]int, ncols)
+		for i := range nat {
+			nat[i] = i
+		}
+	}
+	diagNat := make([]float64, ncols)
+	pos := make([]int, ncols)
+	for p, c := range nat {
+		diagNat[c] = f.diag[p]
+		pos[c] = p
 	}
 	// Fitting weights: the importance (or diag(H)+λ) scaled by a power of two that
 	// brings the largest to [1, 2), as ModeImproved does; fitWeights replaces
@@ -149,7 +181,7 @@ func quantizeGPTQ(t gguf.GGMLType, dst []byte, src []float32, nrows, ncols int, 
 		if imp != nil {
 			mx = max(mx, float64(imp[i]))
 		} else {
-			mx = max(mx, f.diag[i])
+			mx = max(mx, diagNat[i])
 		}
 	}
 	sc := 1.0
@@ -161,7 +193,7 @@ func quantizeGPTQ(t gguf.GGMLType, dst []byte, src []float32, nrows, ncols int, 
 		if imp != nil {
 			wt[i] = float32(float64(imp[i]) * sc)
 		} else {
-			wt[i] = float32(f.diag[i] * sc)
+			wt[i] = float32(diagNat[i] * sc)
 		}
 	}
 	wf := make([]float32, ncols)
@@ -180,7 +212,7 @@ func quantizeGPTQ(t gguf.GGMLType, dst []byte, src []float32, nrows, ncols int, 
 		}
 	}
 	g := &gptqRun{sp: sp, f: f, src: src, dst: dst, n: ncols, rs: rs, block: block, vdb: vdb,
-		wt: wt, wf: wf, rec: rec, refine: refine, fail: fail,
+		wt: wt, wf: wf, rec: rec, refine: refine, fail: fail, nat: nat, pos: pos, hf: hf, permuted: perm != nil,
 		ref: rowQuantizer(t, ModeReference, true, 1), deq: dequantFunc(t)}
 	return g.parallel(nrows, threads)
 }
@@ -198,30 +230,41 @@ type gptqRun struct {
 	rec    *gptqRecord
 	refine bool
 	fail   func(string, ...any) error
-	ref    rowFunc
-	deq    func([]float32, []byte)
+	nat    []int     // nat[p]: the natural column processed at position p (f is in this order)
+	pos    []int     // pos[c]: the position of natural column c
+	hf     []float32 // H + λI in the natural order, for Refine
+	// permuted is false for the left-to-right order (nat[p] = p)
+	permuted bool
+	ref      rowFunc
+	deq      func([]float32, []byte)
 }
 
 // gptqWork is one worker's scratch.
 type gptqWork struct {
-	w    []float32 // rows×n working weights w'
+	w    []float32 // rows×n working weights w', in processing order
 	res  []float32 // rows×block residuals w − q of the current lazy block
-	idx  []uint8   // rows×n level indices (sp.lev) of the rounded values
-	s, o []float32 // rows×gptqMaxSub parameters of each row's current block
+	idx  []uint8   // rows×n level indices (sp.lev) of the rounded values, natural order
+	s, o []float32 // rows×(n/sub) parameters of every sub-block
+	done []uint8   // rows×(n/sub): 1 once a sub-block's parameters are set, 2 for a fitted block's
+	x    []float32 // one block's weights gathered in the natural order
 	sc   scratch
 	gr   []float32       // rows×n (H+λI)·r for Refine, allocated on first use
+	rn   []float32       // rows×n r in the natural order (Refine after an act-order loop)
 	rf   *gptqRefineWork // refineRow's scratch, allocated on first use
 }
 
 func (g *gptqRun) parallel(nrows, threads int) error {
 	m := min(gptqChunkRows, nrows)
 	newWork := func() *gptqWork {
+		ns := g.n / g.sp.sub
 		return &gptqWork{
-			w:   make([]float32, m*g.n),
-			res: make([]float32, m*g.block),
-			idx: make([]uint8, m*g.n),
-			s:   make([]float32, m*gptqMaxSub),
-			o:   make([]float32, m*gptqMaxSub),
+			w:    make([]float32, m*g.n),
+			res:  make([]float32, m*g.block),
+			idx:  make([]uint8, m*g.n),
+			s:    make([]float32, m*ns),
+			o:    make([]float32, m*ns),
+			done: make([]uint8, m*ns),
+			x:    make([]float32, g.sp.bs),
 		}
 	}
 	return parallelChunks(nrows, gptqChunkRows, threads, newWork, func(r0, r1 int, ws *gptqWork) error { return g.chunk(ws, r0, r1) })
@@ -237,10 +280,14 @@ func blockFinite(t gguf.GGMLType, blk []byte) bool {
 	return true
 }
 
-// chunk quantizes rows r0..r1-1.
+// chunk quantizes rows r0..r1-1. The columns are processed in the order g.nat (position p
+// holds natural column g.nat[p]; ws.w, the residuals and the factorisation are in that
+// order); level indices, block parameters and the output are in the natural order.
 func (g *gptqRun) chunk(ws *gptqWork, r0, r1 int) error {
 	sp, f, n, B := g.sp, g.f, g.n, g.block
 	m := r1 - r0
+	nat := g.nat
+	ns, nsb := n/sp.sub, sp.bs/sp.sub // sub-blocks per row and per block
 	for r := 0; r < m; r++ {
 		row := g.src[(r0+r)*n : (r0+r+1)*n]
 		for c, v := range row {
@@ -248,8 +295,12 @@ func (g *gptqRun) chunk(ws *gptqWork, r0, r1 int) error {
 				return g.fail("row %d, column %d: value %v is not finite", r0+r, c, v)
 			}
 		}
-		copy(ws.w[r*n:(r+1)*n], row)
+		w := ws.w[r*n : (r+1)*n]
+		for p, c := range nat {
+			w[p] = row[c]
+		}
 	}
+	clear(ws.done[:m*ns])
 	var loss []float64
 	if g.rec != nil {
 		loss = g.rec.loss
@@ -261,25 +312,35 @@ func (g *gptqRun) chunk(ws *gptqWork, r0, r1 int) error {
 			orig := g.src[(r0+r)*n : (r0+r+1)*n]
 			res := ws.res[r*B : r*B+B]
 			lev := ws.idx[r*n : (r+1)*n]
-			s, o := ws.s[r*gptqMaxSub:(r+1)*gptqMaxSub], ws.o[r*gptqMaxSub:(r+1)*gptqMaxSub]
+			sAll, oAll := ws.s[r*ns:(r+1)*ns], ws.o[r*ns:(r+1)*ns]
+			done := ws.done[r*ns : (r+1)*ns]
 			var rowLoss float64
 			for j := b0; j < b1; j++ {
-				if j%sp.bs == 0 {
-					if err := g.fitBlock(ws, r0+r, j, w[j:j+sp.bs], s, o); err != nil {
+				c := nat[j]
+				bi, sb := c/sp.bs, c/sp.sub
+				s, o := sAll[bi*nsb:(bi+1)*nsb], oAll[bi*nsb:(bi+1)*nsb]
+				switch {
+				case done[bi*nsb]&2 == 0: // the block's first column in this order: fit it
+					x := g.gather(ws.x[:sp.bs], w, bi*sp.bs)
+					if err := g.fitBlock(ws, r0+r, bi*sp.bs, x, s, o); err != nil {
 						return err
 					}
-				} else if sp.resub != nil && j%sp.sub == 0 {
-					blk := g.dst[(r0+r)*g.rs+j/sp.bs*sp.ts : (r0+r)*g.rs+(j/sp.bs+1)*sp.ts]
-					sp.resub(blk, (j%sp.bs)/sp.sub, w[j:j+sp.sub], g.wt[j:j+sp.sub], &ws.sc.imp)
+					done[bi*nsb] |= 2
+					done[sb] |= 1
+				case sp.resub != nil && done[sb]&1 == 0: // a K-quant sub-block's first column
+					blk := g.dst[(r0+r)*g.rs+bi*sp.ts : (r0+r)*g.rs+(bi+1)*sp.ts]
+					x := g.gather(ws.x[:sp.sub], w, sb*sp.sub)
+					sp.resub(blk, (c%sp.bs)/sp.sub, x, g.wt[sb*sp.sub:(sb+1)*sp.sub], &ws.sc.imp)
 					sp.params(blk, s, o)
+					done[sb] |= 1
 				}
 				if v := float64(w[j]); math.IsNaN(v) || math.IsInf(v, 0) {
-					return g.fail("row %d, column %d: the error feedback overflowed float32 (weights or Hessian too extreme)", r0+r, j)
+					return g.fail("row %d, column %d: the error feedback overflowed float32 (weights or Hessian too extreme)", r0+r, c)
 				}
-				k := (j % sp.bs) / sp.sub
+				k := (c % sp.bs) / sp.sub
 				idx, y := sp.nearest(w[j], s[k], o[k])
-				lev[j] = uint8(idx)
-				rj := orig[j] - y
+				lev[c] = uint8(idx)
+				rj := orig[c] - y
 				res[j-b0] = rj
 				e := float64(w[j]-y) * f.vdiag[j]
 				rowLoss += e * e
@@ -287,7 +348,7 @@ func (g *gptqRun) chunk(ws *gptqWork, r0, r1 int) error {
 					w[j] = rj // w'_j is not needed any more: keep r for Refine's gradient
 				}
 				if g.rec != nil {
-					g.rec.used[(r0+r)*n+j] = y
+					g.rec.used[(r0+r)*n+c] = y
 				}
 				if rj != 0 && j+1 < b1 {
 					kernels.AxpyFMA(w[j+1:b1], rj, g.vdb[j*B+j+1-b0:j*B+b1-b0])
@@ -317,11 +378,25 @@ func (g *gptqRun) chunk(ws *gptqWork, r0, r1 int) error {
 		}
 	}
 	if g.refine {
-		// Gradient rows (H+λI)·r for the whole chunk, r left in ws.w by the loop.
+		// Gradient rows (H+λI)·r for the whole chunk, r left in ws.w by the loop (in the
+		// processing order: brought back to the natural one).
 		if ws.gr == nil {
 			ws.gr = make([]float32, len(ws.w))
 		}
-		if err := kernels.Sgemm(m, n, n, ws.w, n, f.hf, n, ws.gr, n, false); err != nil {
+		rn := ws.w
+		if g.permuted {
+			if ws.rn == nil {
+				ws.rn = make([]float32, len(ws.w))
+			}
+			rn = ws.rn
+			for r := 0; r < m; r++ {
+				src, dst := ws.w[r*n:(r+1)*n], rn[r*n:(r+1)*n]
+				for p, c := range nat {
+					dst[c] = src[p]
+				}
+			}
+		}
+		if err := kernels.Sgemm(m, n, n, rn, n, g.hf, n, ws.gr, n, false); err != nil {
 			return g.fail("%v", err)
 		}
 		for r := 0; r < m; r++ {
@@ -329,6 +404,18 @@ func (g *gptqRun) chunk(ws *gptqWork, r0, r1 int) error {
 		}
 	}
 	return nil
+}
+
+// gather copies the current working weights of natural columns [c0, c0+len(x)) (held at
+// their processing positions in w) into x and returns it.
+func (g *gptqRun) gather(x, w []float32, c0 int) []float32 {
+	if !g.permuted {
+		return w[c0 : c0+len(x)]
+	}
+	for i := range x {
+		x[i] = w[g.pos[c0+i]]
+	}
+	return x
 }
 
 // fitBlock fits the scales of the block starting at column j of row r to the

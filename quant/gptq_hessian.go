@@ -6,6 +6,7 @@ package quant
 import (
 	"fmt"
 	"math"
+	"sort"
 	"sync"
 
 	"gonum.org/v1/gonum/blas"
@@ -34,6 +35,16 @@ type Hessian struct {
 
 	mu  sync.Mutex
 	fac *gptqFactor
+	act *gptqActOrder // the factorisation in activation order (GPTQOptions.ActOrder)
+}
+
+// gptqActOrder is a Hessian's factorisation with its columns in activation order: perm[p]
+// is the column processed p-th (descending H_jj, ties by index), fac the factorisation of
+// the permuted H (P·H·Pᵀ), hf (for Refine) H + λI in the natural order.
+type gptqActOrder struct {
+	perm []int
+	fac  *gptqFactor
+	hf   []float32
 }
 
 // NewHessian returns an empty Hessian for rows of n columns (1 <= n <= MaxHessianCols).
@@ -108,7 +119,7 @@ func (h *Hessian) Add(x []float32, rows int) error {
 		}
 	}
 	h.mu.Lock()
-	h.fac = nil
+	h.fac, h.act = nil, nil
 	h.mu.Unlock()
 	const chunk = 64
 	buf := make([]float64, min(rows, chunk)*n)
@@ -195,6 +206,45 @@ func (h *Hessian) dampedF32(f *gptqFactor) []float32 {
 		}
 	}
 	return hf
+}
+
+// actOrder returns the (cached) activation-order factorisation for relative damping damp;
+// withH also makes its natural-order float32 H + λI present.
+func (h *Hessian) actOrder(damp float64, withH bool) (*gptqActOrder, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := h.n
+	if h.act == nil || h.act.fac.damp != damp {
+		perm := make([]int, n)
+		for i := range perm {
+			perm[i] = i
+		}
+		sort.SliceStable(perm, func(a, b int) bool { return h.sum[perm[a]*n+perm[a]] > h.sum[perm[b]*n+perm[b]] })
+		ph := &Hessian{n: n, sum: make([]float64, n*n), count: h.count}
+		for p := 0; p < n; p++ {
+			for q := p; q < n; q++ {
+				i, j := perm[p], perm[q]
+				if i > j {
+					i, j = j, i
+				}
+				ph.sum[p*n+q] = h.sum[i*n+j]
+			}
+		}
+		f, err := ph.factorize(damp)
+		if err != nil {
+			return nil, err
+		}
+		h.act = &gptqActOrder{perm: perm, fac: f}
+	}
+	if withH && h.act.hf == nil {
+		a := h.act
+		nat := &gptqFactor{n: n, diag: make([]float64, n), dead: make([]bool, n)}
+		for p, c := range a.perm {
+			nat.diag[c], nat.dead[c] = a.fac.diag[p], a.fac.dead[p]
+		}
+		a.hf = h.dampedF32(nat)
+	}
+	return h.act, nil
 }
 
 func (h *Hessian) factorize(damp float64) (*gptqFactor, error) {

@@ -71,7 +71,7 @@ func newGPTQRefineWork(n, bs, ts int) *gptqRefineWork {
 // refineRow refines the blocks of one quantized row in place. lev holds the level
 // index of every element, grad the row's (H+λI)·r (updated here as blocks change).
 func (g *gptqRun) refineRow(ws *gptqWork, row []byte, lev []uint8, grad []float32) {
-	sp, f, n := g.sp, g.f, g.n
+	sp, n := g.sp, g.n
 	if ws.rf == nil {
 		ws.rf = newGPTQRefineWork(n, sp.bs, sp.ts)
 	}
@@ -101,7 +101,7 @@ func (g *gptqRun) refineRow(ws *gptqWork, row []byte, lev []uint8, grad []float3
 		if end := c0 + sp.bs; end < n {
 			for i := range rw.y {
 				if d := rw.y[i] - rw.y0[i]; d != 0 {
-					kernels.AxpyFMA(grad[end:], float32(-d), f.hf[(c0+i)*n+end:(c0+i+1)*n])
+					kernels.AxpyFMA(grad[end:], float32(-d), g.hf[(c0+i)*n+end:(c0+i+1)*n])
 				}
 			}
 		}
@@ -113,7 +113,7 @@ func (g *gptqRun) refineRow(ws *gptqWork, row []byte, lev []uint8, grad []float3
 // integers times levels or differences of float32 values, and the results only
 // rank candidates or are checked with a margin.
 func (g *gptqRun) hMul(rw *gptqRefineWork, out, x []float64, c0, rlo, rhi, lo, hi int) {
-	n, hf := g.n, g.f.hf
+	n, hf := g.n, g.hf
 	for j := lo; j < hi; j++ {
 		rw.x32[j] = float32(x[j])
 	}

@@ -281,7 +281,7 @@ func encodeItem(it *workItem, pool *sync.Pool) error {
 			}
 		}
 		if h != nil {
-			gopts := &quant.GPTQOptions{Threads: 1, TensorName: j.name, Refine: true}
+			gopts := &quant.GPTQOptions{Threads: 1, TensorName: j.name, Refine: true, ActOrder: true}
 			if err := quant.QuantizeGPTQ(j.typ, out, src, int(it.n), int(j.cols), h, gopts); err != nil {
 				return err
 			}

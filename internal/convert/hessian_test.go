@@ -117,7 +117,7 @@ func TestConvertUsesHessians(t *testing.T) {
 		}
 		rows := len(w) / int(cols)
 		want := make([]byte, len(got))
-		if err := quant.QuantizeGPTQ(ti.Type, want, w, rows, int(cols), h, &quant.GPTQOptions{Threads: 1, Refine: true}); err != nil {
+		if err := quant.QuantizeGPTQ(ti.Type, want, w, rows, int(cols), h, &quant.GPTQOptions{Threads: 1, Refine: true, ActOrder: true}); err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(got, want) {
