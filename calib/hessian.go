@@ -311,6 +311,21 @@ func (r *run) newGramCollector(step int) *gramCollector {
 		experts: map[string][]*gramAcc{}, owner: map[string]string{}, cols: map[string]int{}}
 }
 
+// claim records that weight name feeds input id rows of cols columns and reports whether its
+// rows are the ones accumulated (the first weight seen reading id); a second width for the
+// same input is an error.
+func (g *gramCollector) claim(name, id string, cols int) (bool, error) {
+	if c, seen := g.cols[id]; seen && c != cols {
+		return false, fmt.Errorf("calib: %s: input %s of %d columns, %s fed it %d", name, id, cols, g.owner[id], c)
+	}
+	g.cols[id] = cols
+	if o, seen := g.owner[id]; seen && o != name {
+		return false, nil
+	}
+	g.owner[id] = name
+	return true, nil
+}
+
 // linear accumulates the n valid rows x of a non-expert weight's input.
 func (g *gramCollector) linear(name string, x []float32, n, cols int) error {
 	id, _, ok := gramInputOf(name)
@@ -320,14 +335,9 @@ func (g *gramCollector) linear(name string, x []float32, n, cols int) error {
 	if !ok || id == "" {
 		return nil
 	}
-	if c, seen := g.cols[id]; seen && c != cols {
-		return fmt.Errorf("calib: %s: input %s of %d columns, %s fed it %d", name, id, cols, g.owner[id], c)
+	if mine, err := g.claim(name, id, cols); !mine || err != nil {
+		return err
 	}
-	g.cols[id] = cols
-	if o, seen := g.owner[id]; seen && o != name {
-		return nil
-	}
-	g.owner[id] = name
 	if !g.plan.full(g.step, id) {
 		return nil
 	}
@@ -349,14 +359,9 @@ func (g *gramCollector) expert(name string, e int, x []float32, n, cols int) err
 	if !ok || id == "" {
 		return nil
 	}
-	if c, seen := g.cols[id]; seen && c != cols {
-		return fmt.Errorf("calib: %s: input %s of %d columns, %s fed it %d", name, id, cols, g.owner[id], c)
+	if mine, err := g.claim(name, id, cols); !mine || err != nil {
+		return err
 	}
-	g.cols[id] = cols
-	if o, seen := g.owner[id]; seen && o != name {
-		return nil
-	}
-	g.owner[id] = name
 	s := g.plan.steps[g.step]
 	if !g.plan.full(g.step, id) || s.cols[id] != cols {
 		return nil

@@ -269,30 +269,14 @@ func (s *HessianSet) ownExpertHessian(ix *gramIndex, w gramWeight, expert int, s
 	for i := range d {
 		d[i] = float64(ge[packedRow(n, i)]) / ne
 	}
-	var prior *mat.SymDense
+	var g []float32 // the layer's all-token matrix: the prior's correlation (gate/up)
 	if shared {
-		g, err := s.values(ix, w.input, 0)
-		if err != nil {
+		if g, err = s.values(ix, w.input, 0); err != nil {
 			return nil, false, err
 		}
-		prior = expertHessian(g, n, d, float64(n)) // λ = 1: the correlation alone
 	}
 	wt := ExpertOwnWeight(ne, n)
-	data := make([]float64, n*n)
-	for i := 0; i < n; i++ {
-		data[i*n+i] = d[i]
-		row := ge[packedRow(n, i) : packedRow(n, i)+n-i]
-		for k := 1; k < len(row); k++ {
-			j := i + k
-			h := wt * float64(row[k]) / ne
-			if prior != nil {
-				h += (1 - wt) * prior.At(i, j)
-			}
-			data[i*n+j] = h
-			data[j*n+i] = h
-		}
-	}
-	return mat.NewSymDense(n, data), true, nil
+	return blendHessian(n, d, ge, wt/ne, g, 1-wt), true, nil
 }
 
 // ExpertOwnWeight is w of ownExpertHessian: n_e/(n_e+cols).
@@ -312,23 +296,35 @@ func ExpertShrinkage(ne float64, cols int) float64 {
 // matrix (C_ij = G_ij/√(G_ii G_jj); a column that is zero for every token correlates with
 // nothing).
 func expertHessian(g []float32, n int, d []float64, ne float64) *mat.SymDense {
-	lambda := ExpertShrinkage(ne, n)
-	isd := make([]float64, n) // 1/√G_ii, 0 for a dead column
-	sd := make([]float64, n)  // √d_i
-	for i := 0; i < n; i++ {
-		if gi := float64(g[packedRow(n, i)]); gi > 0 {
-			isd[i] = 1 / math.Sqrt(gi)
+	return blendHessian(n, d, nil, 0, g, ExpertShrinkage(ne, n))
+}
+
+// blendHessian returns the symmetric matrix with diagonal d and off-diagonal entries
+// a·own_ij + b·√(d_i d_j)·C_ij, where own (packed upper triangle, nil for none) is an expert's
+// own Gram matrix and C the correlation matrix of the packed all-token matrix g (nil: no
+// correlation term; a column that is zero for every token correlates with nothing).
+func blendHessian(n int, d []float64, own []float32, a float64, g []float32, b float64) *mat.SymDense {
+	var sc []float64 // √d_i / √G_ii, 0 for a dead column
+	if g != nil {
+		sc = make([]float64, n)
+		for i := range sc {
+			if gi := float64(g[packedRow(n, i)]); gi > 0 {
+				sc[i] = math.Sqrt(d[i]) / math.Sqrt(gi)
+			}
 		}
-		sd[i] = math.Sqrt(d[i])
 	}
 	data := make([]float64, n*n)
 	for i := 0; i < n; i++ {
 		data[i*n+i] = d[i]
-		row := g[packedRow(n, i) : packedRow(n, i)+n-i]
-		for k := 1; k < len(row); k++ {
-			j := i + k
-			c := float64(row[k]) * isd[i] * isd[j]
-			h := lambda * sd[i] * sd[j] * c
+		p := packedRow(n, i)
+		for j := i + 1; j < n; j++ {
+			var h float64
+			if own != nil {
+				h = a * float64(own[p+j-i])
+			}
+			if g != nil {
+				h += b * sc[i] * sc[j] * float64(g[p+j-i])
+			}
 			data[i*n+j] = h
 			data[j*n+i] = h
 		}
