@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"unsafe"
 
@@ -162,6 +163,22 @@ func genModel(t *testing.T, o fixtures.Options) string {
 	return dir
 }
 
+// openRotated generates a model with options o and opens it plain and rotated with seed (the
+// source is closed when the test ends).
+func openRotated(t *testing.T, o fixtures.Options, seed uint64) (*modelsrc.HFSource, *Source) {
+	t.Helper()
+	src, err := modelsrc.OpenHF(genModel(t, o))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	rs, err := Wrap(src, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src, rs
+}
+
 func f32Bytes(f []float32) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&f[0])), len(f)*4)
 }
@@ -203,16 +220,7 @@ func TestRotatedModelSameFunction(t *testing.T) {
 			if o.Hybrid != nil {
 				o.Hybrid.MTPLayers = 0
 			}
-			dir := genModel(t, o)
-			src, err := modelsrc.OpenHF(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer src.Close()
-			rs, err := Wrap(src, 5)
-			if err != nil {
-				t.Fatal(err)
-			}
+			src, rs := openRotated(t, o, 5)
 			if v, err := rs.Metadata().GetString(MetaKey); err != nil || v != (Spec{Dim: rs.Rotation().Dim(), Seed: 5}).String() {
 				t.Fatalf("metadata %q %v", v, err)
 			}
@@ -313,16 +321,7 @@ func FuzzParseSpec(f *testing.F) {
 // TestReadRowsChunks: reading any tensor in chunks of 7 rows (crossing the matrices of stacked
 // experts, and the writers' whole-matrix cache) gives bit for bit what one whole read gives.
 func TestReadRowsChunks(t *testing.T) {
-	dir := genModel(t, fixtures.Preset("qwen3moe"))
-	src, err := modelsrc.OpenHF(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	rs, err := Wrap(src, 9)
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, rs := openRotated(t, fixtures.Preset("qwen3moe"), 9)
 	for _, d := range rs.Tensors() {
 		rows := int64(1)
 		for _, v := range d.Shape[1:] {
@@ -346,6 +345,52 @@ func TestReadRowsChunks(t *testing.T) {
 		}
 		if err := rs.ReadRows(d.Name, rows-1, 2, make([]float32, 2*d.Shape[0])); err == nil {
 			t.Fatalf("%s: rows past the end accepted", d.Name)
+		}
+	}
+	// concurrent readers of one writer matrix (a fresh source: nothing cached) share one
+	// rotation and all see the whole read's values
+	rs2, err := Wrap(src, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "blk.0.ffn_down_exps.weight"
+	var desc modelsrc.TensorDesc
+	for _, d := range rs2.Tensors() {
+		if d.Name == name {
+			desc = d
+		}
+	}
+	cols, rows := desc.Shape[0], desc.Shape[1]
+	want := make([]float32, rows*cols)
+	if err := rs.ReadRows(name, 0, rows, want); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r0 := int64(g) * rows / 8
+			n := rows/8 + 1
+			n = min(n, rows-r0)
+			got := make([]float32, n*cols)
+			if err := rs2.ReadRows(name, r0, n, got); err != nil {
+				errs[g] = err
+				return
+			}
+			for i, v := range got {
+				if v != want[r0*cols+int64(i)] {
+					errs[g] = errors.New("concurrent read differs")
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -57,13 +57,18 @@ type Source struct {
 	norms map[string][]float32
 
 	mu    sync.Mutex
-	cache []cached // the last writer matrices rotated (a tensor is read in row chunks)
+	cache []*cached // the last writer matrices rotated (a tensor is read in row chunks)
 }
 
+// cached is one rotated writer matrix; the first reader computes it, concurrent readers of
+// the same matrix wait for it instead of rotating it again.
 type cached struct {
-	name string
-	mat  int64
-	data []float32
+	name  string
+	mat   int64
+	bytes int64
+	once  sync.Once
+	data  []float32
+	err   error
 }
 
 // cacheBytes bounds the rotated writer matrices kept (the newest is always kept).
@@ -311,18 +316,37 @@ func (s *Source) readWriter(name string, sh []int64, row0, nrows int64, dst []fl
 
 func (s *Source) writerMatrix(name string, m, cols, d int64) ([]float32, error) {
 	s.mu.Lock()
-	for _, c := range s.cache {
-		if c.name == name && c.mat == m {
-			s.mu.Unlock()
-			return c.data, nil
+	var c *cached
+	for _, e := range s.cache {
+		if e.name == name && e.mat == m {
+			c = e
+			break
+		}
+	}
+	if c == nil {
+		c = &cached{name: name, mat: m, bytes: 4 * d * cols}
+		s.cache = append(s.cache, c)
+		var total int64
+		for _, e := range s.cache {
+			total += e.bytes
+		}
+		for len(s.cache) > 1 && total > cacheBytes {
+			total -= s.cache[0].bytes
+			s.cache = s.cache[1:]
 		}
 	}
 	s.mu.Unlock()
+	c.once.Do(func() { c.data, c.err = s.rotateWriter(name, m, cols, d) })
+	return c.data, c.err
+}
+
+// rotateWriter reads matrix m of writer name (d rows of cols) and returns Qᵀ·W: column c of W
+// is a residual vector, rotated as a row of Wᵀ.
+func (s *Source) rotateWriter(name string, m, cols, d int64) ([]float32, error) {
 	w := make([]float32, d*cols)
 	if err := s.src.ReadRows(name, m*d, d, w); err != nil {
 		return nil, err
 	}
-	// Qᵀ·W: column c of W is a residual vector; rotate it as a row of Wᵀ
 	col := make([]float32, d)
 	buf := make([]float64, d)
 	for c := int64(0); c < cols; c++ {
@@ -334,16 +358,5 @@ func (s *Source) writerMatrix(name string, m, cols, d int64) ([]float32, error) 
 			w[i*cols+c] = col[i]
 		}
 	}
-	s.mu.Lock()
-	s.cache = append(s.cache, cached{name: name, mat: m, data: w})
-	total := 0
-	for _, c := range s.cache {
-		total += 4 * len(c.data)
-	}
-	for len(s.cache) > 1 && total > cacheBytes {
-		total -= 4 * len(s.cache[0].data)
-		s.cache = s.cache[1:]
-	}
-	s.mu.Unlock()
 	return w, nil
 }
