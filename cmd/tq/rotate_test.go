@@ -41,36 +41,16 @@ func TestConvertRotate(t *testing.T) {
 	}
 
 	toks := []int32{1, 17, 200, 33, 5, 91, 144, 7, 250, 3, 64, 12}
-	var resp struct {
-		Results []struct {
-			Probs []struct {
-				Pos int          `json:"pos"`
-				Top [][2]float64 `json:"top"`
-			} `json:"probs"`
-		} `json:"results"`
-	}
-	pos := make([]int, len(toks))
-	for i := range pos {
-		pos[i] = i
-	}
-	req := func(model string) map[string]any {
-		return map[string]any{"op": "probs", "model": model, "tokens": toks, "positions": pos, "topk": 0, "threads": 1, "ctx": 64, "kvType": "F32"}
-	}
-	llamacppref.Run(t, map[string]any{"op": "batch", "threads": 1, "requests": []any{req(plain), req(rot)}}, &resp)
-	if len(resp.Results) != 2 || len(resp.Results[0].Probs) != len(toks) || len(resp.Results[1].Probs) != len(toks) {
-		t.Fatalf("llama.cpp answered %d results", len(resp.Results))
-	}
+	probs := llamacppref.FullProbs(t, 1, []llamacppref.ProbsRequest{
+		{Model: plain, Tokens: toks, Ctx: 64, KVType: "F32"}, {Model: rot, Tokens: toks, Ctx: 64, KVType: "F32"}})
 	var worst float64
 	for i := range toks {
-		a, b := map[int]float64{}, map[int]float64{}
-		for _, tp := range resp.Results[0].Probs[i].Top {
-			a[int(tp[0])] = tp[1]
+		a, b := probs[0][i], probs[1][i]
+		if len(a) != len(b) {
+			t.Fatalf("position %d: %d and %d probabilities", i, len(a), len(b))
 		}
-		for _, tp := range resp.Results[1].Probs[i].Top {
-			b[int(tp[0])] = tp[1]
-		}
-		for k, p := range a {
-			worst = math.Max(worst, math.Abs(p-b[k]))
+		for k := range a {
+			worst = math.Max(worst, math.Abs(a[k]-b[k]))
 		}
 	}
 	if worst > 1e-4 {

@@ -161,3 +161,71 @@ func variantOverlay(t testing.TB, harness, v string) string {
 	})
 	return filepath.Join(dir, "llama.mjs")
 }
+
+// ProbsRequest asks FullProbs for llama.cpp's next-token distribution after every prefix of
+// Tokens, in a context of Ctx slots (more than len(Tokens)) with KV cache type KVType ("" for
+// node-llama-cpp's F16).
+type ProbsRequest struct {
+	Model  string
+	Tokens []int32
+	Ctx    int
+	KVType string
+}
+
+// FullProbs runs reqs in one llama.mjs process ("probs" with topk 0 at every position) and
+// returns, per request and position i, the probability of every token id after
+// Tokens[0..i], indexed by id (the vocabulary is the largest id returned, plus one).
+func FullProbs(t testing.TB, threads int, reqs []ProbsRequest) [][][]float64 {
+	t.Helper()
+	var items []map[string]any
+	for _, r := range reqs {
+		pos := make([]int, len(r.Tokens))
+		for i := range pos {
+			pos[i] = i
+		}
+		it := map[string]any{"op": "probs", "model": r.Model, "tokens": r.Tokens, "positions": pos, "topk": 0,
+			"threads": threads, "ctx": r.Ctx}
+		if r.KVType != "" {
+			it["kvType"] = r.KVType
+		}
+		items = append(items, it)
+	}
+	var resp struct {
+		Results []struct {
+			Probs []struct {
+				Pos int          `json:"pos"`
+				Top [][2]float64 `json:"top"`
+			} `json:"probs"`
+		} `json:"results"`
+	}
+	Run(t, map[string]any{"op": "batch", "threads": threads, "requests": items}, &resp)
+	if len(resp.Results) != len(reqs) {
+		t.Fatalf("llama.mjs returned %d results for %d requests", len(resp.Results), len(reqs))
+	}
+	out := make([][][]float64, len(reqs))
+	for i, res := range resp.Results {
+		out[i] = make([][]float64, len(reqs[i].Tokens))
+		for _, d := range res.Probs {
+			if d.Pos < 0 || d.Pos >= len(out[i]) {
+				t.Fatalf("llama.mjs: position %d of a %d-token request", d.Pos, len(out[i]))
+			}
+			vocab := 0
+			for _, e := range d.Top {
+				vocab = max(vocab, int(e[0])+1)
+			}
+			p := make([]float64, vocab)
+			for _, e := range d.Top {
+				if id := int(e[0]); id >= 0 {
+					p[id] = e[1]
+				}
+			}
+			out[i][d.Pos] = p
+		}
+		for pos, p := range out[i] {
+			if p == nil {
+				t.Fatalf("%s: llama.cpp returned no distribution for position %d", reqs[i].Model, pos)
+			}
+		}
+	}
+	return out
+}

@@ -78,45 +78,13 @@ func TestTrainedModels(t *testing.T) {
 	}
 
 	llamacppref.Bridge(t)
-	var reqs []map[string]any
+	var reqs []llamacppref.ProbsRequest
 	for _, m := range models {
-		pos := make([]int, len(m.ref.Tokens))
-		for i := range pos {
-			pos[i] = i
-		}
-		reqs = append(reqs, map[string]any{"op": "probs", "model": m.gguf, "tokens": m.ref.Tokens, "positions": pos,
-			"topk": 0, "threads": 2, "ctx": 128, "kvType": "F32"})
+		reqs = append(reqs, llamacppref.ProbsRequest{Model: m.gguf, Tokens: m.ref.Tokens, Ctx: 128, KVType: "F32"})
 	}
-	var resp struct {
-		Results []struct {
-			Probs []struct {
-				Pos int          `json:"pos"`
-				Top [][2]float64 `json:"top"`
-			} `json:"probs"`
-		} `json:"results"`
-	}
-	llamacppref.Run(t, map[string]any{"op": "batch", "threads": 2, "requests": reqs}, &resp)
-	if len(resp.Results) != len(models) {
-		t.Fatalf("llama.mjs returned %d results for %d requests", len(resp.Results), len(models))
-	}
+	probs := llamacppref.FullProbs(t, 2, reqs)
 	for i, m := range trainedModels {
-		dist := map[int][]float64{}
-		for _, d := range resp.Results[i].Probs {
-			p := make([]float64, 1536)
-			for _, e := range d.Top {
-				if id := int(e[0]); id >= 0 && id < len(p) {
-					p[id] = e[1]
-				}
-			}
-			dist[d.Pos] = p
-		}
-		worst := worstTop(t, m.arch+" llama.cpp", models[i].ref, func(pos int) []float64 {
-			p, ok := dist[pos]
-			if !ok {
-				t.Fatalf("%s: llama.cpp returned no distribution for position %d", m.arch, pos)
-			}
-			return p
-		})
+		worst := worstTop(t, m.arch+" llama.cpp", models[i].ref, func(pos int) []float64 { return probs[i][pos] })
 		t.Logf("%s: llama.cpp (F32 GGUF, F32 KV cache) vs torch: max |Δp| %.2e", m.arch, worst)
 	}
 }
