@@ -73,3 +73,38 @@
 	VMOVDQU      260(DI), X4 \
 	VPHADDW      276(DI), X4, X4 \
 	VINSERTI128  $1, X4, Y4, Y14
+
+// The super-block loop of the 4-row Q4_K gemv kernels and their epilogue, from label on: rows
+// 0-3 (at SI, R11, R12, R13) through K4ROW(base, zacc, yacc), which the including file defines
+// (yacc = 8 int32 lanes summing to the row's isum, the mins left in DX); the isum lane vectors
+// reduced pairwise, the mins bytes collected in X6 (rows 0, 1) and X5 (rows 2, 3), the (d, dmin)
+// fp16 pairs in X3; then Q4K4_FMA, the next super-block, and acc − accm stored to out.
+#define Q4K4_LOOP(label) \
+label: \
+	Q4K4_START \
+	K4ROW(SI, Z13, Y13) \
+	VMOVQ   DX, X6 \
+	VMOVD   0(SI), X3 \
+	K4ROW(R11, Z8, Y8) \
+	VPINSRQ $1, DX, X6, X6 \
+	VPINSRD $1, 0(R11), X3, X3 \
+	VPHADDD Y8, Y13, Y13 \
+	K4ROW(R12, Z4, Y4) \
+	VMOVQ   DX, X5 \
+	VPINSRD $2, 0(R12), X3, X3 \
+	K4ROW(R13, Z8, Y8) \
+	VPINSRQ $1, DX, X5, X5 \
+	VPINSRD $3, 0(R13), X3, X3 \
+	Q4K4_FMA \
+	ADDQ $144, SI \
+	ADDQ $144, R11 \
+	ADDQ $144, R12 \
+	ADDQ $144, R13 \
+	ADDQ $292, DI \
+	DECQ CX \
+	JNZ  label \
+	VSUBPS     X1, X0, X0 \
+	MOVQ       out+32(FP), AX \
+	VMOVUPS    X0, (AX) \
+	VZEROUPPER \
+	RET

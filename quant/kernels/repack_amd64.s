@@ -492,6 +492,9 @@ q4kgvloop:
 	VZEROUPPER
 	RET
 
+// The row step of Q4K4_LOOP for the AVX2 kernel.
+#define K4ROW(base, zacc, yacc) KROW(base, yacc)
+
 // func dotQ4KRepack4RowsAVX2(w *byte, stride int, x *byte, nb int, out *float32)
 TEXT ·dotQ4KRepack4RowsAVX2(SB), NOSPLIT, $0-40
 	MOVQ         w+0(FP), SI
@@ -506,41 +509,10 @@ TEXT ·dotQ4KRepack4RowsAVX2(SB), NOSPLIT, $0-40
 	VXORPS       X0, X0, X0 // acc, one lane per row
 	VXORPS       X1, X1, X1 // accm
 
-q4kg4loop:
 	// The four rows are four short streams, which the hardware prefetchers serve worse than
-	// one long one: fetch the same lines of the next group of 4 rows (R14 = 4·stride ahead).
-	Q4K4_START
-
-	// Rows 0–3: isum lane vectors reduced pairwise with VPHADDD; mins bytes collected in
-	// X6 (rows 0, 1) and X5 (rows 2, 3); the (d, dmin) fp16 pairs in X3.
-	KROW(SI, Y13)
-	VMOVQ   DX, X6
-	VMOVD   0(SI), X3
-	KROW(R11, Y8)
-	VPINSRQ $1, DX, X6, X6
-	VPINSRD $1, 0(R11), X3, X3
-	VPHADDD Y8, Y13, Y13
-	KROW(R12, Y4)
-	VMOVQ   DX, X5
-	VPINSRD $2, 0(R12), X3, X3
-	KROW(R13, Y8)
-	VPINSRQ $1, DX, X5, X5
-	VPINSRD $3, 0(R13), X3, X3
-	Q4K4_FMA
-
-	ADDQ $144, SI
-	ADDQ $144, R11
-	ADDQ $144, R12
-	ADDQ $144, R13
-	ADDQ $292, DI
-	DECQ CX
-	JNZ  q4kg4loop
-
-	VSUBPS     X1, X0, X0
-	MOVQ       out+32(FP), AX
-	VMOVUPS    X0, (AX)
-	VZEROUPPER
-	RET
+	// one long one: Q4K4_START fetches the same lines of the next group of 4 rows (R14 =
+	// 4·stride ahead).
+	Q4K4_LOOP(q4kg4loop)
 
 // Chunk part of activation row xbase: dst = 8 int32 lanes of sc_2c·Σq·x + sc_2c+1·Σq·x with
 // the nibbles in Y9/Y10 and the broadcast scales in Y11/Y12 (clobbers Y4).

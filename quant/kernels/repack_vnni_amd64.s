@@ -673,6 +673,9 @@ GLOBL rvn_kscale512<>(SB), RODATA|NOPTR, $256
 	VEXTRACTI64X4   $1, zacc, yt     \
 	VPADDD          yt, yacc, yacc
 
+// The row step of Q4K4_LOOP for the VNNI kernel (Y10 scratch).
+#define K4ROW(base, zacc, yacc) KROWZ(base, zacc, yacc, Y10)
+
 // func dotQ4KRepack4RowsVNNI(w *byte, stride int, x *byte, nb int, out *float32, pf int)
 // pf: the prefetch distance in bytes (a multiple of 4·stride: the same lines of a later group
 // of 4 rows).
@@ -690,38 +693,7 @@ TEXT ·dotQ4KRepack4RowsVNNI(SB), NOSPLIT, $0-48
 	VXORPS       X0, X0, X0 // acc, one lane per row
 	VXORPS       X1, X1, X1 // accm
 
-q4kz4loop:
-	Q4K4_START
-
-	// Rows 0–3, as dotQ4KRepack4RowsAVX2.
-	KROWZ(SI, Z13, Y13, Y10)
-	VMOVQ   DX, X6
-	VMOVD   0(SI), X3
-	KROWZ(R11, Z8, Y8, Y10)
-	VPINSRQ $1, DX, X6, X6
-	VPINSRD $1, 0(R11), X3, X3
-	VPHADDD Y8, Y13, Y13
-	KROWZ(R12, Z4, Y4, Y10)
-	VMOVQ   DX, X5
-	VPINSRD $2, 0(R12), X3, X3
-	KROWZ(R13, Z8, Y8, Y10)
-	VPINSRQ $1, DX, X5, X5
-	VPINSRD $3, 0(R13), X3, X3
-	Q4K4_FMA
-
-	ADDQ $144, SI
-	ADDQ $144, R11
-	ADDQ $144, R12
-	ADDQ $144, R13
-	ADDQ $292, DI
-	DECQ CX
-	JNZ  q4kz4loop
-
-	VSUBPS     X1, X0, X0
-	MOVQ       out+32(FP), AX
-	VMOVUPS    X0, (AX)
-	VZEROUPPER
-	RET
+	Q4K4_LOOP(q4kz4loop)
 
 // ---------------------------------------------------------------------------------------
 // The Q4_K tiles' per-call table of 6-bit scales and mins and of d/dmin, 8 rows at a time
