@@ -31,7 +31,7 @@ vet:
 # AVX-512 hosts too (docs/infer.md, "Parity on every x86-64 host").
 test: refs fmt-check vet
 	TQ_REQUIRE_REFS=1 $(GO) test -count=1 -timeout 30m $(PKGS)
-	TQ_REQUIRE_REFS=1 TQ_LLAMACPP_CPU=haswell $(GO) test -count=1 -timeout 10m -run 'LlamaCpp' ./infer/ ./verify/
+	TQ_REQUIRE_REFS=1 TQ_LLAMACPP_CPU=haswell $(GO) test -count=1 -timeout 10m -run 'LlamaCpp' ./infer/ ./verify/ ./internal/convert/
 
 # The whole suite with the assembly kernels disabled (pure-Go twins).
 test-purego: refs

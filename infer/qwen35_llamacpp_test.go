@@ -51,6 +51,20 @@ import (
 // apply. On such
 // hosts `make test` also runs the strict criteria against llama.cpp's AVX2 variant
 // (TQ_LLAMACPP_CPU=haswell), where this model agrees at 24/24 positions.
+//
+// On a CPU with AMX-INT8 (llamacppref.AMXBuild: ggml loads its "sapphirerapids" variant) one
+// premise above fails: that build's F16 products take the float32 activations unrounded
+// (ggml-cpu/amx/mmq.cpp, ggml_backend_amx_mul_mat), so llama.cpp applies a subset of tq's
+// roundings rather than the same ones, and its quantized products run AMX/VNNI tiles with their
+// own summation order. For F16 weights each engine is then held to the float64 evaluation on
+// its own — llama.cpp's max |p_llama.cpp − p_float64| must stay below tolHybridRefF16 like tq's,
+// so a file llama.cpp reads differently fails — and max |Δp| may reach twice tq's distance
+// (llama.cpp's, from a subset of the roundings, is expected to be no larger; measured on a
+// Sapphire Rapids: qwen35moe f16 |Δp| 1.4e-2, tq 1.3e-2 and llama.cpp 1.2e-3 from float64). For quantized weights
+// the share of positions within 1e-5 drops to minNearAMX: every product now differs from tq's in
+// float32 summation order, and the DeltaNet state carries each flip on (measured: 30/72 against
+// 55/72 for the AVX-512 "zen4" variant on the same machine); max |Δp| <= 0.15 and the
+// teacher-forced gap still apply unchanged.
 const (
 	tolHybridF32       = 1e-4
 	tolHybridF16       = 3e-3
@@ -58,6 +72,7 @@ const (
 	tolHybridGreedyGap = 5e-2
 	tolHybridRefF32    = 2e-3
 	tolHybridRefF16    = 5e-2
+	minNearAMX         = 0.25
 )
 
 // TestHybridLlamaCppParity compares next-token distributions (every position of a 24-token
@@ -116,6 +131,17 @@ func TestHybridLlamaCppParity(t *testing.T) {
 				if exact {
 					tol = max(tol, d)
 				}
+				if c.tol == tolHybridF16 && llamacppref.AMXBuild() {
+					// llama.cpp's AMX build skips the f16 rounding of the activations that tq
+					// applies (tolerances above): its own distance from the float64 evaluation
+					// must stay under tq's cap, and the engines may differ by twice tq's.
+					dl := llamaRefDistance(t, src, prompt, resp[2*i])
+					t.Logf("AMX build: max |p_llama.cpp − p_float64| = %.2e", dl)
+					if dl > refLimit(c.tol) {
+						t.Errorf("llama.cpp is %.3e from the float64 evaluation (limit %.0e)", dl, refLimit(c.tol))
+					}
+					tol = max(tol, 2*d)
+				}
 			}
 			worst, near := compareDists(t, logits, resp[2*i], len(positions))
 			t.Logf("max |Δp| vs llama.cpp %.2e (tolerance %.2g); positions within %.0e: %d/%d", worst, tol, nearExact, near, len(positions))
@@ -155,8 +181,12 @@ func TestHybridLlamaCppParity(t *testing.T) {
 	}
 	if qTotal > 0 {
 		t.Logf("quantized models: %d/%d positions agree to %.0e", qNear, qTotal, nearExact)
-		if float64(qNear) < minNearExact*float64(qTotal) {
-			t.Errorf("only %d/%d quantized positions agree to %.0e (want >= %.0f%%)", qNear, qTotal, nearExact, 100*minNearExact)
+		want := minNearExact
+		if llamacppref.AMXBuild() {
+			want = minNearAMX
+		}
+		if float64(qNear) < want*float64(qTotal) {
+			t.Errorf("only %d/%d quantized positions agree to %.0e (want >= %.0f%%)", qNear, qTotal, nearExact, 100*want)
 		}
 	}
 }
@@ -200,6 +230,33 @@ func refDistance(t *testing.T, src Source, prompt []int32, logits [][]float32, l
 	t.Logf("not a bit-exact host: max |p_tq − p_float64| = %.2e (limit %.0e) widens the tolerance", d, limit)
 	if d > limit {
 		t.Errorf("tq is %.3e from the float64 evaluation (limit %.0e)", d, limit)
+	}
+	return d
+}
+
+// llamaRefDistance returns max |p_llama.cpp − p_float64| over the positions of llama.cpp's answer
+// pr for prompt, p_float64 being the float64 evaluation (Reference) of src.
+func llamaRefDistance(t *testing.T, src Source, prompt []int32, pr llamaResp) float64 {
+	t.Helper()
+	ref, err := NewReference(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := ref.Logits(prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d float64
+	for _, e := range pr.Probs {
+		if e.Pos < 0 || e.Pos >= len(want) {
+			t.Fatalf("llama.cpp answered position %d of a %d-token prompt", e.Pos, len(want))
+		}
+		exact := softmax64(want[e.Pos])
+		for _, tp := range e.Top {
+			if id := int(tp[0]); id >= 0 && id < len(exact) {
+				d = max(d, math.Abs(tp[1]-exact[id]))
+			}
+		}
 	}
 	return d
 }

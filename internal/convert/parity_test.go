@@ -1,24 +1,20 @@
 package convert_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/infer"
 	"github.com/tq-project/tq/internal/convert"
 	"github.com/tq-project/tq/internal/fixtures"
+	"github.com/tq-project/tq/internal/llamacppref"
 	"github.com/tq-project/tq/internal/modelsrc"
-	"github.com/tq-project/tq/internal/testenv"
 )
 
 func genFixture(t *testing.T, o fixtures.Options) string {
@@ -132,13 +128,7 @@ func softmax(l []float32) []float64 {
 // Full probability parity: llama.cpp and tq's runner agree on the next-token distributions of
 // the files convert writes (F16 and Q8_0/Q4_K_M/turboquant), for every architecture.
 func TestProbabilityParityWithLlamaCpp(t *testing.T) {
-	harness := filepath.Join(testenv.RepoRoot(t), "testdata", "llamacpp")
-	if _, err := os.Stat(filepath.Join(harness, "node_modules", "node-llama-cpp")); err != nil {
-		if os.Getenv("TQ_REQUIRE_REFS") == "1" {
-			t.Fatal("llama.cpp reference missing (TQ_REQUIRE_REFS=1): testdata/llamacpp/node_modules/node-llama-cpp")
-		}
-		t.Skip("llama.cpp reference missing: testdata/llamacpp/node_modules/node-llama-cpp (run `make refs`)")
-	}
+	llamacppref.Bridge(t)
 	type item struct {
 		name, path string
 	}
@@ -165,34 +155,11 @@ func TestProbabilityParityWithLlamaCpp(t *testing.T) {
 			items = append(items, item{arch + "/" + res.Plan.FileType + "/" + res.Plan.Policy, out})
 		}
 	}
-	positions := []int{0, 3, len(parityTokens) - 1}
-	var reqs []map[string]any
+	var reqs []llamacppref.ProbsRequest
 	for _, it := range items {
-		reqs = append(reqs, map[string]any{"op": "probs", "model": it.path, "tokens": parityTokens, "positions": positions, "topk": 0, "ctx": 64})
+		reqs = append(reqs, llamacppref.ProbsRequest{Model: it.path, Tokens: parityTokens, Ctx: 64})
 	}
-	in, _ := json.Marshal(map[string]any{"op": "batch", "threads": 1, "requests": reqs})
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", "llama.mjs")
-	cmd.Dir = harness
-	cmd.Stdin = bytes.NewReader(in)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	outb, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("llama.mjs: %v\n%s", err, stderr.String())
-	}
-	var res struct {
-		Results []struct {
-			Probs []struct {
-				Pos int          `json:"pos"`
-				Top [][2]float64 `json:"top"`
-			} `json:"probs"`
-		} `json:"results"`
-	}
-	if err := json.Unmarshal(outb, &res); err != nil || len(res.Results) != len(items) {
-		t.Fatalf("llama.mjs output: %v", err)
-	}
+	probs := llamacppref.FullProbs(t, 1, reqs)
 	for k, it := range items {
 		g, err := infer.OpenGGUF(it.path)
 		if err != nil {
@@ -201,11 +168,11 @@ func TestProbabilityParityWithLlamaCpp(t *testing.T) {
 		ours := evalAll(t, g, parityTokens)
 		g.Close()
 		var worst, worstKL float64
-		for _, pr := range res.Results[k].Probs {
-			p := softmax(ours[pr.Pos])
-			ref := make([]float64, len(p))
-			for _, e := range pr.Top {
-				ref[int(e[0])] = e[1]
+		for _, pos := range []int{0, 3, len(parityTokens) - 1} {
+			p := softmax(ours[pos])
+			ref := probs[k][pos]
+			if len(ref) != len(p) {
+				t.Fatalf("%s: llama.cpp returned %d probabilities at position %d, want %d", it.name, len(ref), pos, len(p))
 			}
 			var kl float64
 			for i := range p {
@@ -222,9 +189,21 @@ func TestProbabilityParityWithLlamaCpp(t *testing.T) {
 		// round activations to Q8_0/Q8_K but their kernels differ in summation order and the
 		// tiny random fixtures have peaked, sensitive distributions (observed max |dp| up to
 		// 1e-2, KL up to 6e-4). A wrong tensor layout or transform gives KL of order 0.1-10.
+		// llama.cpp's AMX build (llamacppref.AMXBuild) feeds F16 products float32 activations
+		// without the f16 rounding tq applies, and runs quantized products in AMX/VNNI tiles
+		// with their own summation order; its distance is then the footprint of those roundings
+		// (measured on a Sapphire Rapids: F16 max |dp| 1.7e-3, KL 2.0e-5; quantized up to 2.0e-2,
+		// KL 3.4e-3 on the qwen35moe turboquant file), still 1e-3..1e-1 of a layout error.
 		maxAbs, maxKL := 2e-4, 1e-5
+		amx := llamacppref.AMXBuild()
+		if amx {
+			maxAbs, maxKL = 5e-3, 1e-4
+		}
 		if !strings.Contains(it.name, "/F16/") {
 			maxAbs, maxKL = 3e-2, 3e-3
+			if amx {
+				maxAbs, maxKL = 5e-2, 1e-2
+			}
 		}
 		if worst > maxAbs || worstKL > maxKL {
 			t.Errorf("%s: distributions differ: max abs %.3e (limit %.0e), KL %.3e (limit %.0e)", it.name, worst, maxAbs, worstKL, maxKL)

@@ -52,6 +52,27 @@ func HaswellBuild() bool {
 	return false
 }
 
+// AMXBuild reports whether llama.cpp runs its "sapphirerapids" CPU variant here: chosen by ggml
+// when the CPU has AMX-INT8 besides AVX-512 F/CD/VL/DQ/BW, VBMI, BF16 and VNNI (the features
+// that variant's score requires, ggml-cpu/arch/x86/cpu-feats.cpp), or forced with
+// TQ_LLAMACPP_CPU=sapphirerapids. That build loads F16 and most quantized weights into its AMX
+// buffer type (ggml-cpu/amx), whose products do not compute what ggml's generic CPU kernels do:
+// an F16 product takes the float32 activations as they are, without rounding them to f16 first
+// (ggml_backend_amx_mul_mat, its F16 branch), and the quantized products run AMX/VNNI tiles that
+// sum each block's products in their own order. Tests compare against it with tolerances that
+// say so.
+func AMXBuild() bool {
+	x := cpu.X86
+	switch ForcedVariant() {
+	case "":
+		return x.HasAMXInt8 && x.HasAVX512F && x.HasAVX512CD && x.HasAVX512VL && x.HasAVX512DQ &&
+			x.HasAVX512BW && x.HasAVX512VBMI && x.HasAVX512BF16 && x.HasAVX512VNNI
+	case "sapphirerapids":
+		return true
+	}
+	return false
+}
+
 // RepoRoot returns the repository root (testenv.RepoRoot, for the callers of this package).
 func RepoRoot(t testing.TB) string {
 	t.Helper()
