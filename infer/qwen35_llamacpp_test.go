@@ -127,7 +127,8 @@ func TestHybridLlamaCppParity(t *testing.T) {
 			tol, gapTol := c.tol, tolHybridGreedyGap
 			strict := bitExactHost()
 			if !strict {
-				d := refDistance(t, src, prompt, logits, refLimit(c.tol))
+				exact64 := refProbs(t, src, prompt)
+				d := refDistance(t, exact64, logits, refLimit(c.tol))
 				if exact {
 					tol = max(tol, d)
 				}
@@ -135,7 +136,7 @@ func TestHybridLlamaCppParity(t *testing.T) {
 					// llama.cpp's AMX build skips the f16 rounding of the activations that tq
 					// applies (tolerances above): its own distance from the float64 evaluation
 					// must stay under tq's cap, and the engines may differ by twice tq's.
-					dl := llamaRefDistance(t, src, prompt, resp[2*i])
+					dl := llamaRefDistance(t, exact64, resp[2*i])
 					t.Logf("AMX build: max |p_llama.cpp − p_float64| = %.2e", dl)
 					if dl > refLimit(c.tol) {
 						t.Errorf("llama.cpp is %.3e from the float64 evaluation (limit %.0e)", dl, refLimit(c.tol))
@@ -170,7 +171,7 @@ func TestHybridLlamaCppParity(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				gapTol = max(gapTol, refDistance(t, src, seq, seqLogits, refLimit(c.tol)))
+				gapTol = max(gapTol, refDistance(t, refProbs(t, src, seq), seqLogits, refLimit(c.tol)))
 			}
 			agree, gap := teacherForced(t, s, greedyPrompt, want)
 			t.Logf("greedy: first divergence %d (-1: none) of %d; teacher-forced argmax agreement %d/%d, largest gap %.2e", diverge, nGreedy, agree, nGreedy, gap)
@@ -204,27 +205,37 @@ func refLimit(tol float64) float64 {
 	return 1
 }
 
-// refDistance returns max |p_tq − p_float64| over the prompt's positions, where p_float64 is the
-// float64 evaluation (Reference) of the same weights without any activation rounding: the
-// rounding footprint that bounds the difference between two correct engines that differ only in
-// summation order (see the tolerances above). It fails the test if that footprint exceeds limit
-// (tolHybridRefF16 for f16 weights, tolHybridRefF32 for f32), which would mean a formula error
-// in tq.
-func refDistance(t *testing.T, src Source, prompt []int32, logits [][]float32, limit float64) float64 {
+// refProbs returns the float64 evaluation (Reference) of src on prompt as probabilities, one
+// distribution per position: the weights without any activation rounding.
+func refProbs(t *testing.T, src Source, prompt []int32) [][]float64 {
 	t.Helper()
 	ref, err := NewReference(src)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := ref.Logits(prompt)
+	logits, err := ref.Logits(prompt)
 	if err != nil {
 		t.Fatal(err)
 	}
+	out := make([][]float64, len(logits))
+	for p := range logits {
+		out[p] = softmax64(logits[p])
+	}
+	return out
+}
+
+// refDistance returns max |p_tq − p_float64| over the positions of exact (refProbs): the
+// rounding footprint that bounds the difference between two correct engines that differ only in
+// summation order (see the tolerances above). It fails the test if that footprint exceeds limit
+// (tolHybridRefF16 for f16 weights, tolHybridRefF32 for f32), which would mean a formula error
+// in tq.
+func refDistance(t *testing.T, exact [][]float64, logits [][]float32, limit float64) float64 {
+	t.Helper()
 	var d float64
-	for p := range want {
-		ours, exact := softmax32(logits[p]), softmax64(want[p])
+	for p := range exact {
+		ours := softmax32(logits[p])
 		for k := range ours {
-			d = max(d, math.Abs(ours[k]-exact[k]))
+			d = max(d, math.Abs(ours[k]-exact[p][k]))
 		}
 	}
 	t.Logf("not a bit-exact host: max |p_tq − p_float64| = %.2e (limit %.0e) widens the tolerance", d, limit)
@@ -235,26 +246,17 @@ func refDistance(t *testing.T, src Source, prompt []int32, logits [][]float32, l
 }
 
 // llamaRefDistance returns max |p_llama.cpp − p_float64| over the positions of llama.cpp's answer
-// pr for prompt, p_float64 being the float64 evaluation (Reference) of src.
-func llamaRefDistance(t *testing.T, src Source, prompt []int32, pr llamaResp) float64 {
+// pr, exact being refProbs of the same prompt.
+func llamaRefDistance(t *testing.T, exact [][]float64, pr llamaResp) float64 {
 	t.Helper()
-	ref, err := NewReference(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := ref.Logits(prompt)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var d float64
 	for _, e := range pr.Probs {
-		if e.Pos < 0 || e.Pos >= len(want) {
-			t.Fatalf("llama.cpp answered position %d of a %d-token prompt", e.Pos, len(want))
+		if e.Pos < 0 || e.Pos >= len(exact) {
+			t.Fatalf("llama.cpp answered position %d of a %d-token prompt", e.Pos, len(exact))
 		}
-		exact := softmax64(want[e.Pos])
 		for _, tp := range e.Top {
-			if id := int(tp[0]); id >= 0 && id < len(exact) {
-				d = max(d, math.Abs(tp[1]-exact[id]))
+			if id := int(tp[0]); id >= 0 && id < len(exact[e.Pos]) {
+				d = max(d, math.Abs(tp[1]-exact[e.Pos][id]))
 			}
 		}
 	}
