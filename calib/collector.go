@@ -3,6 +3,8 @@ package calib
 import (
 	"fmt"
 	"strings"
+
+	"github.com/tq-project/tq/infer"
 )
 
 // Collector accumulates activation statistics from the observer calls of a forward pass
@@ -120,6 +122,16 @@ func (c *Collector) Linear(name string, expert int, x []float32, n, cols int) {
 		if err := c.gram.expert(name, expert, x[:v*cols], v, cols); err != nil {
 			c.fail(err)
 		}
+	}
+}
+
+// DeltaNet implements infer.DeltaNetObserver: the Gram collector's per-head matrices.
+func (c *Collector) DeltaNet(_ int, tr *infer.DeltaNetTrace) {
+	if c.err != nil || c.gram == nil {
+		return
+	}
+	if err := c.gram.deltaNet(tr, c.valid); err != nil {
+		c.fail(err)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/tq-project/tq/infer"
 )
 
 // HessianDir is the directory, inside the output directory, that receives the input Gram
@@ -97,6 +99,15 @@ type hessStep struct {
 	nmat   map[string]int // per-expert candidates: id -> experts (absent: one matrix)
 	reason map[string]int // inputs kept diagonal: id -> GramReason*
 	users  map[string]int // id -> number of weights reading it
+	// dn describes a Gated DeltaNet block whose value and gate rows get per-head matrices
+	// (hessian_deltanet.go), collected with the attn_qkv input's full matrix (zero: none).
+	dn dnPlan
+}
+
+// dnPlan is the per-head collection of one Gated DeltaNet block.
+type dnPlan struct {
+	in            string // the attn_qkv / attn_gate input's id ("" when not collected)
+	heads, dstate int
 }
 
 // hessPlan decides, before the forward pass, which inputs get a full Gram matrix.
@@ -176,6 +187,7 @@ func (r *run) planHessians(base int64) error {
 					}
 				}
 			}
+			s.dn = planDeltaNet(layerDescs(r.src, step-1), step-1, s.cols)
 		} else {
 			s.file, s.layer = "output.gram", -1
 			s.cols[headInput] = r.cfg.NEmbd
@@ -211,6 +223,16 @@ func (r *run) planHessians(base int64) error {
 		var need int64
 		for _, id := range ids {
 			need += s.accBytes(id, threads)
+		}
+		if s.dn.in != "" && s.reason[s.dn.in] == GramReasonNone {
+			b := deltaNetAccBytes(s.cols[s.dn.in], s.dn.dstate, s.dn.heads, threads)
+			if allow >= 0 && need+b > allow {
+				s.dn = dnPlan{} // the per-head matrices go first; the plain ones remain
+				k := "memory budget: Gated DeltaNet per-head matrices"
+				dropped[k] = append(dropped[k], s.layer)
+			} else {
+				need += b
+			}
 		}
 		for _, id := range ids {
 			if allow < 0 || need <= allow {
@@ -301,6 +323,7 @@ type gramCollector struct {
 	experts map[string][]*gramAcc // per-expert inputs: one accumulator per expert (nil: no rows)
 	owner   map[string]string     // input id -> the weight whose calls are accumulated
 	cols    map[string]int        // input id -> columns seen
+	dn      *deltaNetAcc          // the Gated DeltaNet per-head matrices (nil: none yet)
 }
 
 func (r *run) newGramCollector(step int) *gramCollector {
@@ -393,6 +416,25 @@ func (g *gramCollector) expert(name string, e int, x []float32, n, cols int) err
 	return err
 }
 
+// deltaNet accumulates a Gated DeltaNet trace (valid: the real tokens of the sequence).
+func (g *gramCollector) deltaNet(tr *infer.DeltaNetTrace, valid int) error {
+	st := g.plan.steps[g.step]
+	if st.layer < 0 || st.dn.in == "" || !g.plan.full(g.step, st.dn.in) {
+		return nil
+	}
+	if g.dn == nil {
+		if tr.NEmbd != st.cols[st.dn.in] || tr.NVHeads != st.dn.heads || tr.DState != st.dn.dstate {
+			return fmt.Errorf("calib: block %d: Gated DeltaNet of %d columns, %d value heads of %d, the weights say %d, %d, %d",
+				st.layer, tr.NEmbd, tr.NVHeads, tr.DState, st.cols[st.dn.in], st.dn.heads, st.dn.dstate)
+		}
+		g.dn = newDeltaNetAcc(tr, g.threads)
+	}
+	t0 := time.Now()
+	err := g.dn.add(tr, valid)
+	g.plan.spent += time.Since(t0)
+	return err
+}
+
 // gramFile assembles the step's Gram file from the accumulators and the step's statistics
 // (the diagonals of inputs kept diagonal-only and of routed experts).
 func (g *gramCollector) gramFile(names []string, ss *Stats) *gramFileData {
@@ -473,6 +515,12 @@ func (g *gramCollector) gramFile(names []string, ss *Stats) *gramFileData {
 		if w.input >= 0 || w.experts >= 0 {
 			f.weights = append(f.weights, w)
 		}
+		if g.dn != nil && in == s.dn.in && name == layerPrefix(s.layer)+"attn_qkv.weight" && w.input >= 0 &&
+			f.inputs[w.input].kind == GramFull {
+			for _, e := range g.dn.entries(in, layerPrefix(s.layer)) {
+				f.weights = append(f.weights, gramWeight{name: e.weight, input: -1, experts: addInput(e.input)})
+			}
+		}
 	}
 	return f
 }
@@ -505,6 +553,11 @@ func (r *run) writeStepHessians(g *gramCollector, names []string, ss *Stats) err
 	defer func() { g.plan.spent += time.Since(t0) }()
 	for _, a := range g.acc {
 		if err := a.flush(); err != nil {
+			return err
+		}
+	}
+	if g.dn != nil {
+		if err := g.dn.flush(); err != nil {
 			return err
 		}
 	}

@@ -24,10 +24,84 @@ type gramObserver struct {
 	counts map[string]int64
 	valid  int
 	seen   map[string]int
+	// Gated DeltaNet per-head references: entry name -> per head cols×cols, rows; and the
+	// float64 delta-rule states on the inputs (layer -> per head n×dk)
+	heads     map[string][][]float64
+	headRows  map[string]int64
+	headState map[int][][]float64
 }
 
 func newGramObserver() *gramObserver {
-	return &gramObserver{g: map[string][]float64{}, cols: map[string]int{}, counts: map[string]int64{}}
+	return &gramObserver{g: map[string][]float64{}, cols: map[string]int{}, counts: map[string]int64{},
+		heads: map[string][][]float64{}, headRows: map[string]int64{}, headState: map[int][][]float64{}}
+}
+
+// DeltaNet accumulates the per-head matrices of hessian_deltanet.go in float64.
+func (o *gramObserver) DeltaNet(layer int, tr *infer.DeltaNetTrace) {
+	n, dk, hv, hk := tr.NEmbd, tr.DState, tr.NVHeads, tr.NKHeads
+	vd, kdim := hv*dk, hk*dk
+	ve, ze := layerPrefix(layer)+VHeadsEntry, layerPrefix(layer)+GateHeadsEntry
+	groups := headGroups(hv)
+	if o.heads[ve] == nil {
+		for range groups {
+			o.heads[ve] = append(o.heads[ve], make([]float64, n*n))
+			o.heads[ze] = append(o.heads[ze], make([]float64, n*n))
+		}
+	}
+	if tr.Pos0 == 0 || o.headState[layer] == nil {
+		o.headState[layer] = make([][]float64, hv)
+		for h := range o.headState[layer] {
+			o.headState[layer][h] = make([]float64, n*dk)
+		}
+	}
+	add := func(g []float64, v []float64) {
+		for i, a := range v {
+			for j, b := range v {
+				g[i*n+j] += a * b
+			}
+		}
+	}
+	for t := 0; t < tr.T; t++ {
+		valid := tr.Pos0+t < o.valid
+		if valid { // rows per group
+			o.headRows[ve] += int64(hv / groups)
+			o.headRows[ze] += int64(hv / groups)
+		}
+		x := tr.X[t*n : (t+1)*n]
+		for h := 0; h < hv; h++ {
+			kh := h % hk
+			q := tr.QK[t*tr.QKStride+kh*dk : t*tr.QKStride+(kh+1)*dk]
+			k := tr.QK[t*tr.QKStride+kdim+kh*dk : t*tr.QKStride+kdim+(kh+1)*dk]
+			S := o.headState[layer][h]
+			decay := math.Exp(float64(tr.G[t*hv+h]))
+			b := float64(tr.Beta[t*hv+h])
+			r := make([]float64, n)
+			for m := 0; m < n; m++ {
+				row := S[m*dk : (m+1)*dk]
+				var sk float64
+				for i := range row {
+					row[i] *= decay
+					sk += row[i] * float64(k[i])
+				}
+				d := (float64(x[m]) - sk) * b
+				for i := range row {
+					row[i] += d * float64(k[i])
+					r[m] += row[i] * float64(q[i])
+				}
+			}
+			if !valid {
+				continue
+			}
+			wv, wz := deltaNetWeights(tr.O[t*vd+h*dk:t*vd+(h+1)*dk], tr.Z[t*vd+h*dk:t*vd+(h+1)*dk], tr.Norm[:dk], tr.Eps)
+			xv, xz := make([]float64, n), make([]float64, n)
+			for m := range r {
+				xv[m] = r[m] * float64(tr.Scale) * wv
+				xz[m] = float64(x[m]) * wz
+			}
+			add(o.heads[ve][h/(hv/groups)], xv)
+			add(o.heads[ze][h/(hv/groups)], xz)
+		}
+	}
 }
 
 func (o *gramObserver) start(valid int) { o.valid, o.seen = valid, map[string]int{} }
@@ -71,6 +145,14 @@ func (t teeObserver) Linear(name string, expert int, x []float32, n, cols int) {
 func (t teeObserver) Route(layer int, experts []int32, weights []float32, n, k int) {
 	for _, o := range t {
 		o.Route(layer, experts, weights, n, k)
+	}
+}
+
+func (t teeObserver) DeltaNet(layer int, tr *infer.DeltaNetTrace) {
+	for _, o := range t {
+		if d, ok := o.(infer.DeltaNetObserver); ok {
+			d.DeltaNet(layer, tr)
+		}
 	}
 }
 
@@ -160,6 +242,37 @@ func checkHessians(t *testing.T, res *Result, gv *gramObserver, nv *naiveObserve
 			}
 		}
 		checked++
+	}
+	// Gated DeltaNet per-head matrices: against the float64 references (their float32
+	// recurrences and partial sums give ~1e-5 relative; 2e-4 of √(H_ii H_jj) bounds it)
+	for entry, ref := range gv.heads {
+		if !names[entry] {
+			t.Fatalf("no Gram entry for %s", entry)
+		}
+		delete(names, entry)
+		il := Layer(entry)
+		role := strings.TrimPrefix(entry, layerPrefix(il))
+		n := int(math.Sqrt(float64(len(ref[0]))))
+		for h := range ref {
+			g, cols, heads, ok, err := hs.HeadHessian(il, role, h)
+			if err != nil || !ok || cols != n || heads != len(ref) {
+				t.Fatalf("%s head %d: ok %v err %v, %d columns, %d heads", entry, h, ok, err, cols, heads)
+			}
+			inv := 1 / float64(gv.headRows[entry])
+			for i := 0; i < n; i++ {
+				for j := 0; j < n; j++ {
+					want := ref[h][i*n+j] * inv
+					sc := math.Sqrt(ref[h][i*n+i]*ref[h][j*n+j]) * inv
+					if math.Abs(g[i*n+j]-want) > 2e-4*sc+1e-30 {
+						t.Fatalf("%s head %d: H[%d][%d] = %v, float64 reference %v", entry, h, i, j, g[i*n+j], want)
+					}
+				}
+			}
+			checked++
+		}
+		if _, _, _, _, err := hs.HeadHessian(il, role, len(ref)); err == nil {
+			t.Fatalf("%s: head %d of %d accepted", entry, len(ref), len(ref))
+		}
 	}
 	// routed experts: each expert's own Gram matrix shrunk toward the all-token correlation
 	// (gate/up) or its diagonal (down); without per-expert matrices, gate/up reconstructed from

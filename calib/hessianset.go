@@ -202,18 +202,7 @@ func (s *HessianSet) For(tensorName string, expert int) (*mat.SymDense, bool, er
 			return nil, false, err
 		}
 		n := in.cols
-		inv := 1 / float64(in.counts[0])
-		data := make([]float64, n*n)
-		for i := 0; i < n; i++ {
-			row := g[packedRow(n, i) : packedRow(n, i)+n-i]
-			for k, v := range row {
-				j := i + k
-				h := float64(v) * inv
-				data[i*n+j] = h
-				data[j*n+i] = h
-			}
-		}
-		return mat.NewSymDense(n, data), true, nil
+		return mat.NewSymDense(n, unpackSym(n, g, 1/float64(in.counts[0]))), true, nil
 	}
 	if w.experts < 0 {
 		return nil, false, fmt.Errorf("calib: hessians: %s is not an expert tensor (expert %d)", tensorName, expert)

@@ -148,6 +148,13 @@ func (l layerObserver) Route(_ int, experts []int32, weights []float32, n, k int
 	l.o.Route(l.il, experts, weights, n, k)
 }
 
+// DeltaNet passes the trace on under the real block index when the observer wants it.
+func (l layerObserver) DeltaNet(_ int, tr *DeltaNetTrace) {
+	if d, ok := l.o.(DeltaNetObserver); ok {
+		d.DeltaNet(l.il, tr)
+	}
+}
+
 // Forward runs the loaded block over one whole sequence: x holds T rows of n_embd (the
 // residual stream entering the block, positions 0..T-1) and is replaced by the stream leaving
 // it. The sequence is processed in batches of Options.BatchSize tokens with a fresh KV cache,

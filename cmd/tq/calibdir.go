@@ -83,3 +83,8 @@ func (c calibHessians) Gram(tensor string, m int) ([]float64, int, bool, error) 
 	}
 	return g, n, true, nil
 }
+
+// HeadGram implements convert.HeadHessianSource.
+func (c calibHessians) HeadGram(layer int, entry, _ string, head int) ([]float64, int, int, bool, error) {
+	return c.s.HeadHessian(layer, entry, head)
+}

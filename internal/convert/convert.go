@@ -285,6 +285,9 @@ func planHF(hf *modelsrc.HFSource, t *TypeOptions, name, version string, warn fu
 		}
 		if d.Quantize {
 			attachHessian(j, t.Hessians)
+			if hs, ok := t.Hessians.(HeadHessianSource); ok {
+				attachHeads(j, ts[i], ts, hs)
+			}
 		}
 		nb, err := j.nbytes()
 		if err != nil {

@@ -34,6 +34,12 @@ type job struct {
 	hessian func(m int64) (*quant.Hessian, error)
 	// hessians is the cache behind hessian when it comes from attachHessian.
 	hessians *hessianCache
+	// headHessian, when set, returns the matrix of rows [r0, r0+n) of a matrix when they
+	// have their own (Gated DeltaNet value heads, attachHeads); nil: hessian's serves.
+	headHessian func(r0, n int64) (*quant.Hessian, error)
+	// chunkRows, when set, returns the rows per work item (0: the engine's default); items
+	// start at multiples of it within each matrix.
+	chunkRows func() int64
 	// release is called once the tensor is fully written (unmaps finished shards).
 	release func()
 }
@@ -98,6 +104,11 @@ func runEngine(ctx context.Context, w *gguf.Writer, jobs []*job, opt engineOptio
 				per = j.rows
 			}
 			chunk := max(1, opt.chunkElems/max(1, j.cols))
+			if j.chunkRows != nil {
+				if c := j.chunkRows(); c > 0 {
+					chunk = c
+				}
+			}
 			for r := int64(0); r < j.rows; {
 				m := r / per
 				end := min(r+chunk, (m+1)*per, j.rows)
@@ -275,7 +286,13 @@ func encodeItem(it *workItem, pool *sync.Pool) error {
 			}
 		}
 		var h *quant.Hessian
-		if j.hessian != nil {
+		if j.headHessian != nil {
+			per := max(1, j.rowsPerMatrix)
+			if h, err = j.headHessian(it.r0-it.matrix*per, it.n); err != nil {
+				return err
+			}
+		}
+		if h == nil && j.hessian != nil {
 			if h, err = j.hessian(it.matrix); err != nil {
 				return err
 			}

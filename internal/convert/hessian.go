@@ -118,3 +118,27 @@ func (r rotatedHessians) Gram(tensor string, m int) ([]float64, int, bool, error
 	}
 	return h, n, true, nil
 }
+
+// HeadGram rotates the per-head matrices like those of the tensor they serve.
+func (r rotatedHessians) HeadGram(layer int, entry, tensor string, head int) ([]float64, int, int, bool, error) {
+	hs, ok := r.src.(HeadHessianSource)
+	if !ok {
+		return nil, 0, 0, false, nil
+	}
+	g, n, heads, ok, err := hs.HeadGram(layer, entry, tensor, head)
+	if err != nil || !ok {
+		return g, n, heads, ok, err
+	}
+	kind, norm := r.rs.Plan(tensor)
+	if kind != rotate.Reader {
+		return g, n, heads, ok, nil
+	}
+	if n != r.rs.Rotation().Dim() {
+		return nil, 0, 0, false, fmt.Errorf("tensor %s: a %d×%d head matrix for a rotated reader of width %d", tensor, n, n, r.rs.Rotation().Dim())
+	}
+	h, err := r.rs.Rotation().Gram(g, norm)
+	if err != nil {
+		return nil, 0, 0, false, fmt.Errorf("tensor %s: %w", tensor, err)
+	}
+	return h, n, heads, true, nil
+}
