@@ -118,3 +118,31 @@ func TestConvertUsesHeadHessians(t *testing.T) {
 		}
 	}
 }
+
+// With --rotate the per-head matrices are rotated like the plain ones: the conversion asks for
+// them and succeeds.
+func TestConvertRotatedHeadHessians(t *testing.T) {
+	o := fixtures.Preset("qwen35moe")
+	o.Hybrid.MTPLayers = 0 // the rotation refuses multi-token-prediction layers
+	dir := genModel(t, o)
+	hf, err := modelsrc.OpenHF(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cols int64
+	for _, d := range hf.Tensors() {
+		if d.Name == "blk.0.attn_qkv.weight" {
+			cols = d.Shape[0]
+		}
+	}
+	hf.Close()
+	src := &fakeHeadHessians{n: int(cols), heads: o.Hybrid.LinearValueHeads, plain: spdGram(int(cols), 7)}
+	out := filepath.Join(t.TempDir(), "r.gguf")
+	_, err = Convert(context.Background(), dir, out, Options{Types: TypeOptions{TurboQuant: true, Hessians: src, Rotate: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src.calls.Load() == 0 {
+		t.Fatal("no per-head matrix was asked for")
+	}
+}
