@@ -3,9 +3,11 @@ package calib
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/tq-project/tq/infer"
+	"github.com/tq-project/tq/internal/fixtures"
 )
 
 // dnSynth is a random Gated DeltaNet batch sequence: n input columns, hv value heads of dk
@@ -182,5 +184,46 @@ func testDeltaNetHeadHessians(t *testing.T, hv int) {
 					hv, trial, h, gotV, wantV[h], gotZ, wantZ[h])
 			}
 		}
+	}
+}
+
+// TestDeltaNetHeadsBudget: the per-head matrices are counted in the memory estimate and are
+// the first thing a budget that cannot hold them drops (named in a warning), before any plain
+// matrix; with room they are written for every Gated DeltaNet block.
+func TestDeltaNetHeadsBudget(t *testing.T) {
+	o := fixtures.Preset("qwen35moe")
+	o.Layers = 1
+	dir := genModel(t, o)
+	seqs := randSeqs(5, 2, vocabOf(t, dir), 30, 60, 64)
+	base := Options{Sequences: seqs, Threads: 2, NoBaseline: true, NoSensitivity: true}
+	full := calibrate(t, dir, base)
+	hs, err := OpenHessians(full.HessianDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, heads, ok, err := hs.HeadHessian(0, VHeadsEntry, 0); !ok || err != nil || heads != headGroups(o.Hybrid.LinearValueHeads) {
+		t.Fatalf("no value-head matrices with room for them (ok %v, err %v, %d)", ok, err, heads)
+	}
+	var warned []string
+	opts := base
+	opts.MemoryBudget = full.EstimatedBytes - 1
+	opts.Warn = func(s string) { warned = append(warned, s) }
+	res := calibrate(t, dir, opts)
+	w := strings.Join(warned, "\n")
+	if !strings.Contains(w, "memory budget: Gated DeltaNet per-head matrices (block 0)") || strings.Contains(w, "memory budget: attn_in") {
+		t.Fatalf("warnings %q: want the per-head matrices, and only them, dropped", w)
+	}
+	if res.EstimatedBytes > opts.MemoryBudget {
+		t.Fatalf("estimate %d over the budget %d", res.EstimatedBytes, opts.MemoryBudget)
+	}
+	hs2, err := OpenHessians(res.HessianDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, ok, err := hs2.HeadHessian(0, VHeadsEntry, 0); ok || err != nil {
+		t.Fatalf("per-head matrices written over the budget (ok %v, err %v)", ok, err)
+	}
+	if _, ok, err := hs2.For("blk.0.attn_qkv.weight", -1); !ok || err != nil {
+		t.Fatalf("attn_qkv lost its plain matrix (ok %v, err %v)", ok, err)
 	}
 }
