@@ -46,7 +46,7 @@ func quantizedCopy(t testing.TB, ms *metaSource, res *Result, weighted bool, hs 
 			if hs != nil && gptqRoundTrip(t, hs, name, e, nmat > 1, typ, x, rows, cols, deq[e*rows*cols:(e+1)*rows*cols]) {
 				continue
 			}
-			if _, err := quantizeRows(typ, x, rows, cols, imp, 0, name, nil, deq[e*rows*cols:(e+1)*rows*cols]); err != nil {
+			if _, err := quantizeRows(typ, quant.ModeImproved, x, rows, cols, imp, 0, name, nil, deq[e*rows*cols:(e+1)*rows*cols]); err != nil {
 				t.Fatal(err)
 			}
 		}

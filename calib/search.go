@@ -95,8 +95,8 @@ type errAcc struct {
 	n                     int64
 }
 
-// quantizeRows quantizes rows with container t and writes the reconstruction into deq.
-func quantizeRows(t gguf.GGMLType, x []float32, rows, cols int, imp []float32, threads int, name string, buf []byte, deq []float32) ([]byte, error) {
+// quantizeRows quantizes rows with container t in mode and writes the reconstruction into deq.
+func quantizeRows(t gguf.GGMLType, mode quant.Mode, x []float32, rows, cols int, imp []float32, threads int, name string, buf []byte, deq []float32) ([]byte, error) {
 	rs, err := quant.RowSize(t, cols)
 	if err != nil {
 		return buf, fmt.Errorf("calib: tensor %s: %w", name, err)
@@ -105,7 +105,7 @@ func quantizeRows(t gguf.GGMLType, x []float32, rows, cols int, imp []float32, t
 		buf = make([]byte, rows*rs)
 	}
 	buf = buf[:rows*rs]
-	opts := &quant.Options{Importance: imp, Mode: quant.ModeImproved, Threads: threads, TensorName: name}
+	opts := &quant.Options{Importance: imp, Mode: mode, Threads: threads, TensorName: name}
 	if err := quant.Quantize(t, buf, x, rows, cols, opts); err != nil {
 		return buf, err
 	}
@@ -228,7 +228,7 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 					i = j
 				}
 				var err error
-				if qbuf, err = quantizeRows(qt, xs, n, cols, qw, o.Threads, name, qbuf, deq); err != nil {
+				if qbuf, err = quantizeRows(qt, quant.ModeImproved, xs, n, cols, qw, o.Threads, name, qbuf, deq); err != nil {
 					return acc, 0, err
 				}
 				before := acc.wsq

@@ -46,7 +46,7 @@ func TestSensitivityMatchesWholeModel(t *testing.T) {
 	ref := load(ms)
 	got := map[string]float64{}
 	for _, name := range []string{"blk.0.attn_qkv.weight", "blk.3.attn_q.weight", "blk.1.ffn_up_exps.weight", "token_embd.weight", "output.weight"} {
-		typ, kl, ok := sens.Sensitivity(name)
+		typ, kl, _, ok := sens.Sensitivity(name)
 		if !ok {
 			t.Fatalf("%s: not measured", name)
 		}
@@ -66,7 +66,7 @@ func TestSensitivityMatchesWholeModel(t *testing.T) {
 			if name != "token_embd.weight" {
 				imp, _ = res.Stats.Importance(name, e)
 			}
-			if _, err := quantizeRows(typ, src[e*rows*cols:(e+1)*rows*cols], rows, cols, imp, 0, name, nil, deq[e*rows*cols:(e+1)*rows*cols]); err != nil {
+			if _, err := quantizeRows(typ, sensitivityMode, src[e*rows*cols:(e+1)*rows*cols], rows, cols, imp, 0, name, nil, deq[e*rows*cols:(e+1)*rows*cols]); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -122,7 +122,7 @@ func FuzzParseSensitivity(f *testing.F) {
 			return
 		}
 		for _, ts := range s.Tensors {
-			typ, kl, ok := s.Sensitivity(ts.Name)
+			typ, kl, _, ok := s.Sensitivity(ts.Name)
 			if !ok || kl < 0 || math.IsNaN(kl) {
 				t.Fatalf("%s: %v %v %v", ts.Name, typ, kl, ok)
 			}
@@ -164,7 +164,7 @@ func TestSensitivityTopK(t *testing.T) {
 	var worst float64
 	var a, b []float64
 	for _, ts := range full.Tensors {
-		_, kt, ok := top.Sensitivity(ts.Name)
+		_, kt, _, ok := top.Sensitivity(ts.Name)
 		if !ok {
 			t.Fatalf("%s missing from the top-k run", ts.Name)
 		}
@@ -242,10 +242,10 @@ func TestSensitivityTiedEmbeddings(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v (warnings %q)", err, res.Warnings)
 	}
-	if _, _, ok := sens.Sensitivity("output.weight"); ok {
+	if _, _, _, ok := sens.Sensitivity("output.weight"); ok {
 		t.Fatal("a tied model measured output.weight")
 	}
-	typ, kl, ok := sens.Sensitivity("token_embd.weight")
+	typ, kl, _, ok := sens.Sensitivity("token_embd.weight")
 	if !ok {
 		t.Fatal("token_embd.weight not measured")
 	}
@@ -254,7 +254,7 @@ func TestSensitivityTiedEmbeddings(t *testing.T) {
 	src := bytesAsF32(tt.Data)
 	cols, rows := int(tt.Dims[0]), int(tt.Dims[1])
 	deq := make([]float32, len(src))
-	if _, err := quantizeRows(typ, src, rows, cols, nil, 0, "token_embd.weight", nil, deq); err != nil {
+	if _, err := quantizeRows(typ, sensitivityMode, src, rows, cols, nil, 0, "token_embd.weight", nil, deq); err != nil {
 		t.Fatal(err)
 	}
 	q := withTensor(ms, "token_embd.weight", deq)

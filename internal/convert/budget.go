@@ -40,9 +40,11 @@ import (
 // measurement get the median ratio of those with one.
 const budgetSampleRows = 32
 
-// SensitivitySource gives a tensor's measured output KL in a reference type.
+// SensitivitySource gives a tensor's measured output KL in a reference type and the
+// importance-weighted relative squared error Σw(x−x̂)²/Σw·x² of the encoding it was measured
+// with (relErr 0: not recorded; the budget's own encoding of the reference type stands in).
 type SensitivitySource interface {
-	Sensitivity(tensor string) (typ gguf.GGMLType, kl float64, ok bool)
+	Sensitivity(tensor string) (typ gguf.GGMLType, kl, relErr float64, ok bool)
 }
 
 var (
@@ -175,10 +177,10 @@ func solveBudget(p *Plan, model policy.Model, ts []policy.Tensor, ds []policy.De
 			floor = d.Type
 		}
 		var ref gguf.GGMLType = gguf.TypeCount
-		var refKL float64
+		var refKL, refRel float64
 		if opts.Sensitivity != nil {
-			if typ, kl, ok := opts.Sensitivity.Sensitivity(t.Name); ok {
-				ref, refKL = typ, kl
+			if typ, kl, rel, ok := opts.Sensitivity.Sensitivity(t.Name); ok {
+				ref, refKL, refRel = typ, kl, rel
 			}
 		}
 		bt, err := measureTensor(i, t, reads[i], rowsPerMatrix[i], imp, opts.Improved, floor, ref)
@@ -186,6 +188,11 @@ func solveBudget(p *Plan, model policy.Model, ts []policy.Tensor, ds []policy.De
 			return nil, err
 		}
 		if ref != gguf.TypeCount {
+			// KL per unit of weighted error, from the error of the encoding the KL was measured
+			// with when the measurement records it (so its encoder need not be the budget's)
+			if refRel > 0 {
+				bt.refCost = refRel * float64(t.Elements())
+			}
 			bt.scale, bt.measured = scaleFor(refKL, bt.refCost), true
 		}
 		free = append(free, bt)

@@ -125,14 +125,14 @@ func TestTargetBPW(t *testing.T) {
 // the reference type.
 type fakeSensitivity struct{ hot string }
 
-func (f fakeSensitivity) Sensitivity(name string) (gguf.GGMLType, float64, bool) {
+func (f fakeSensitivity) Sensitivity(name string) (gguf.GGMLType, float64, float64, bool) {
 	if strings.Contains(name, "token_embd") {
-		return 0, 0, false // unmeasured: takes the median factor
+		return 0, 0, 0, false // unmeasured: takes the median factor
 	}
 	if strings.Contains(name, f.hot) {
-		return gguf.TypeQ4_K, 1, true
+		return gguf.TypeQ4_K, 1, 0, true
 	}
-	return gguf.TypeQ4_K, 1e-3, true
+	return gguf.TypeQ4_K, 1e-3, 0, true
 }
 
 // With measured sensitivities the budget gives the sensitive tensors more bits than the rest
@@ -177,7 +177,7 @@ func TestBudgetSensitivity(t *testing.T) {
 // otherModel's measurements name no tensor of the model.
 type otherModel struct{}
 
-func (otherModel) Sensitivity(string) (gguf.GGMLType, float64, bool) { return 0, 0, false }
+func (otherModel) Sensitivity(string) (gguf.GGMLType, float64, float64, bool) { return 0, 0, 0, false }
 
 // Sensitivities that name none of the model's tensors change nothing and say so.
 func TestBudgetSensitivityOfAnotherModel(t *testing.T) {
