@@ -183,16 +183,21 @@ func solveBudget(p *Plan, model policy.Model, ts []policy.Tensor, ds []policy.De
 				ref, refKL, refRel = typ, kl, rel
 			}
 		}
-		bt, err := measureTensor(i, t, reads[i], rowsPerMatrix[i], imp, opts.Improved, floor, ref)
+		// KL per unit of weighted error, from the error of the encoding the KL was measured
+		// with when the measurement records it (so its encoder need not be the budget's);
+		// else from the budget's own encoding of the reference type
+		measureRef := ref
+		if refRel > 0 {
+			measureRef = gguf.TypeCount
+		}
+		bt, err := measureTensor(i, t, reads[i], rowsPerMatrix[i], imp, opts.Improved, floor, measureRef)
 		if err != nil {
 			return nil, err
 		}
+		if refRel > 0 {
+			bt.refCost = refRel * float64(t.Elements())
+		}
 		if ref != gguf.TypeCount {
-			// KL per unit of weighted error, from the error of the encoding the KL was measured
-			// with when the measurement records it (so its encoder need not be the budget's)
-			if refRel > 0 {
-				bt.refCost = refRel * float64(t.Elements())
-			}
 			bt.scale, bt.measured = scaleFor(refKL, bt.refCost), true
 		}
 		free = append(free, bt)

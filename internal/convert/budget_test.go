@@ -123,16 +123,25 @@ func TestTargetBPW(t *testing.T) {
 
 // fakeSensitivity says every tensor containing hot costs 1000 times the KL of the others in
 // the reference type.
-type fakeSensitivity struct{ hot string }
+// With rels set, it also records the probe's relative error: 1e6 for the hot tensors and 1e-6
+// for the others, which turns the hot tensors' KL per unit of error into the smallest.
+type fakeSensitivity struct {
+	hot  string
+	rels bool
+}
 
 func (f fakeSensitivity) Sensitivity(name string) (gguf.GGMLType, float64, float64, bool) {
 	if strings.Contains(name, "token_embd") {
 		return 0, 0, 0, false // unmeasured: takes the median factor
 	}
-	if strings.Contains(name, f.hot) {
-		return gguf.TypeQ4_K, 1, 0, true
+	hot, cold := 0.0, 0.0
+	if f.rels {
+		hot, cold = 1e6, 1e-6
 	}
-	return gguf.TypeQ4_K, 1e-3, 0, true
+	if strings.Contains(name, f.hot) {
+		return gguf.TypeQ4_K, 1, hot, true
+	}
+	return gguf.TypeQ4_K, 1e-3, cold, true
 }
 
 // With measured sensitivities the budget gives the sensitive tensors more bits than the rest
@@ -141,8 +150,8 @@ func (f fakeSensitivity) Sensitivity(name string) (gguf.GGMLType, float64, float
 func TestBudgetSensitivity(t *testing.T) {
 	o := fixtures.Preset("qwen3")
 	dir := genModel(t, o)
-	bitsOf := func(hot string) (hotBPW, coldBPW float64, p *Plan) {
-		p, err := PlanConvert(dir, Options{Types: TypeOptions{TargetBPW: 5, Sensitivity: fakeSensitivity{hot}}})
+	bitsOf := func(hot string, rels bool) (hotBPW, coldBPW float64, p *Plan) {
+		p, err := PlanConvert(dir, Options{Types: TypeOptions{TargetBPW: 5, Sensitivity: fakeSensitivity{hot, rels}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,14 +172,21 @@ func TestBudgetSensitivity(t *testing.T) {
 		}
 		return hb / hw, cb / cw, p
 	}
-	h1, c1, p1 := bitsOf("attn_")
-	h2, c2, p2 := bitsOf("ffn_")
+	h1, c1, p1 := bitsOf("attn_", false)
+	h2, c2, p2 := bitsOf("ffn_", false)
 	t.Logf("hot attn: attn %.2f bpw, rest %.2f; hot ffn: ffn %.2f bpw, rest %.2f", h1, c1, h2, c2)
 	if !(h1 > c1+1 && h2 > c2+1) {
 		t.Errorf("sensitive tensors did not get more bits: attn-hot %.2f vs %.2f, ffn-hot %.2f vs %.2f", h1, c1, h2, c2)
 	}
 	if p1.BPW > 5 || p2.BPW > 5 {
 		t.Errorf("budget exceeded: %.3f, %.3f bpw", p1.BPW, p2.BPW)
+	}
+	// the recorded relative errors are what the KL is divided by: the same KL over a far
+	// larger error makes the hot set the least sensitive
+	h3, c3, _ := bitsOf("attn_", true)
+	t.Logf("hot attn with recorded errors: attn %.2f bpw, rest %.2f", h3, c3)
+	if !(h3 < c3) {
+		t.Errorf("the recorded relative errors were not used: attn %.2f bpw, rest %.2f", h3, c3)
 	}
 }
 
