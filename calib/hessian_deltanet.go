@@ -6,6 +6,7 @@ import (
 
 	"github.com/tq-project/tq/infer"
 	"github.com/tq-project/tq/internal/modelsrc"
+	"github.com/tq-project/tq/quant/kernels"
 )
 
 // Gated DeltaNet value and gate rows (docs/calibration.md, "Gated DeltaNet heads").
@@ -149,20 +150,12 @@ func (a *deltaNetAcc) add(tr *infer.DeltaNetTrace, valid int) error {
 			sv := tr.Scale * float32(wv)
 			// the head's delta rule with input column m as a value channel: S_m ← decay·S_m,
 			// S_m += β·(x_m − S_m·k)·k, r_m = S_m·q·scale
+			// (the kernels infer's deltaNetHead uses; all n states decay at once)
+			kernels.ScaleF32(S, decay)
 			for m := 0; m < n; m++ {
 				row := S[m*dk : (m+1)*dk]
-				var sk float32
-				for i, ki := range k {
-					row[i] *= decay
-					sk += row[i] * ki
-				}
-				d := (x[m] - sk) * b
-				var sq float32
-				for i, ki := range k {
-					row[i] += d * ki
-					sq += row[i] * q[i]
-				}
-				r[m] = sq * sv
+				kernels.AxpyFMA(row, (x[m]-kernels.DotF32(row, k))*b, k)
+				r[m] = kernels.DotF32(row, q) * sv
 			}
 			xz := a.xz[t*n : (t+1)*n]
 			for m, v := range x {
@@ -230,34 +223,41 @@ func (a *deltaNetAcc) entries(in, p string) []dnEntry {
 	}
 }
 
+// HeadGroups returns the number of matrices (groups of value heads, headGroups) of a per-head
+// entry of block il (VHeadsEntry or GateHeadsEntry): 0 when the calibration has none (older
+// calibrations, models without Gated DeltaNet, inputs kept diagonal). No values are read.
+func (s *HessianSet) HeadGroups(il int, entry string) int {
+	ref, found := s.weights[layerPrefix(il)+entry]
+	if !found || ref.w.experts < 0 || ref.ix.inputs[ref.w.experts].kind != GramFull {
+		return 0
+	}
+	return len(ref.ix.inputs[ref.w.experts].counts)
+}
+
 // HeadHessian returns matrix h (a group of value heads, headGroups) of a per-head entry of
 // block il (VHeadsEntry or GateHeadsEntry), n×n row-major, divided by its row count, and the
-// number of matrices; ok is
-// false with a nil error when the calibration has no such entry (older calibrations, models
-// without Gated DeltaNet, inputs kept diagonal) or the head saw no rows.
-func (s *HessianSet) HeadHessian(il int, entry string, h int) (g []float64, n, heads int, ok bool, err error) {
-	ref, found := s.weights[layerPrefix(il)+entry]
-	if !found || ref.w.experts < 0 {
-		return nil, 0, 0, false, nil
+// number of matrices; ok is false with a nil error when the calibration has no such entry
+// (see HeadGroups) or the group saw no rows.
+func (s *HessianSet) HeadHessian(il int, entry string, h int) (g []float64, n int, ok bool, err error) {
+	groups := s.HeadGroups(il, entry)
+	if groups == 0 {
+		return nil, 0, false, nil
 	}
+	ref := s.weights[layerPrefix(il)+entry]
 	ix := ref.ix
 	in := ix.inputs[ref.w.experts]
-	heads = len(in.counts)
-	if in.kind != GramFull {
-		return nil, 0, heads, false, nil
-	}
-	if h < 0 || h >= heads {
-		return nil, 0, heads, false, fmt.Errorf("calib: Gram file %s: %s: head %d of %d", ix.path, in.id, h, heads)
+	if h < 0 || h >= groups {
+		return nil, 0, false, fmt.Errorf("calib: Gram file %s: %s: head group %d of %d", ix.path, in.id, h, groups)
 	}
 	if in.counts[h] == 0 {
-		return nil, 0, heads, false, nil
+		return nil, 0, false, nil
 	}
 	p, err := s.values(ix, ref.w.experts, h)
 	if err != nil {
-		return nil, 0, heads, false, err
+		return nil, 0, false, err
 	}
 	n = in.cols
-	return unpackSym(n, p, 1/float64(in.counts[h])), n, heads, true, nil
+	return unpackSym(n, p, 1/float64(in.counts[h])), n, true, nil
 }
 
 // unpackSym expands a packed upper triangle times scale into a new row-major n×n matrix.

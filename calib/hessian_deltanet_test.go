@@ -201,8 +201,8 @@ func TestDeltaNetHeadsBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, heads, ok, err := hs.HeadHessian(0, VHeadsEntry, 0); !ok || err != nil || heads != headGroups(o.Hybrid.LinearValueHeads) {
-		t.Fatalf("no value-head matrices with room for them (ok %v, err %v, %d)", ok, err, heads)
+	if _, _, ok, err := hs.HeadHessian(0, VHeadsEntry, 0); !ok || err != nil || hs.HeadGroups(0, VHeadsEntry) != headGroups(o.Hybrid.LinearValueHeads) {
+		t.Fatalf("no value-head matrices with room for them (ok %v, err %v, %d groups)", ok, err, hs.HeadGroups(0, VHeadsEntry))
 	}
 	var warned []string
 	opts := base
@@ -220,7 +220,7 @@ func TestDeltaNetHeadsBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, ok, err := hs2.HeadHessian(0, VHeadsEntry, 0); ok || err != nil {
+	if _, _, ok, err := hs2.HeadHessian(0, VHeadsEntry, 0); ok || err != nil || hs2.HeadGroups(0, VHeadsEntry) != 0 {
 		t.Fatalf("per-head matrices written over the budget (ok %v, err %v)", ok, err)
 	}
 	if _, ok, err := hs2.For("blk.0.attn_qkv.weight", -1); !ok || err != nil {

@@ -477,7 +477,7 @@ func (s *Session) gatedDeltaNet(b *block, il, T, pos0 int, out []float32) {
 				aa[j:], bb[j:], y[j*ds:], delta, T, ds, cd, cd, cd, hv, vd, scale)
 		}
 	})
-	if d, ok := s.obs.(DeltaNetObserver); ok && s.obs != nil {
+	if d, ok := s.obs.(DeltaNetObserver); ok {
 		d.DeltaNet(il, &DeltaNetTrace{T: T, Pos0: pos0, X: h, QK: cout, QKStride: cd, Beta: bb, G: aa, O: y, Z: z,
 			Norm: hb.ssmNorm, Eps: eps, NEmbd: E, DState: ds, NKHeads: hk, NVHeads: hv, Scale: scale})
 	}

@@ -84,7 +84,9 @@ func (c calibHessians) Gram(tensor string, m int) ([]float64, int, bool, error) 
 	return g, n, true, nil
 }
 
-// HeadGram implements convert.HeadHessianSource.
-func (c calibHessians) HeadGram(layer int, entry, _ string, head int) ([]float64, int, int, bool, error) {
-	return c.s.HeadHessian(layer, entry, head)
+// HeadGroups and HeadGram implement convert.HeadHessianSource.
+func (c calibHessians) HeadGroups(layer int, entry string) int { return c.s.HeadGroups(layer, entry) }
+
+func (c calibHessians) HeadGram(layer int, entry, _ string, group int) ([]float64, int, bool, error) {
+	return c.s.HeadHessian(layer, entry, group)
 }

@@ -37,9 +37,9 @@ type job struct {
 	// headHessian, when set, returns the matrix of rows [r0, r0+n) of a matrix when they
 	// have their own (Gated DeltaNet value heads, attachHeads); nil: hessian's serves.
 	headHessian func(r0, n int64) (*quant.Hessian, error)
-	// chunkRows, when set, returns the rows per work item (0: the engine's default); items
-	// start at multiples of it within each matrix.
-	chunkRows func() int64
+	// chunkRows, when > 0, is the rows per work item (else the engine's default); items start
+	// at multiples of it within each matrix.
+	chunkRows int64
 	// release is called once the tensor is fully written (unmaps finished shards).
 	release func()
 }
@@ -104,10 +104,8 @@ func runEngine(ctx context.Context, w *gguf.Writer, jobs []*job, opt engineOptio
 				per = j.rows
 			}
 			chunk := max(1, opt.chunkElems/max(1, j.cols))
-			if j.chunkRows != nil {
-				if c := j.chunkRows(); c > 0 {
-					chunk = c
-				}
+			if j.chunkRows > 0 {
+				chunk = j.chunkRows
 			}
 			for r := int64(0); r < j.rows; {
 				m := r / per

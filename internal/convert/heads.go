@@ -2,7 +2,6 @@ package convert
 
 import (
 	"fmt"
-	"sync"
 
 	"github.com/tq-project/tq/internal/convert/policy"
 	"github.com/tq-project/tq/quant"
@@ -11,10 +10,12 @@ import (
 // HeadHessianSource is a HessianSource that also holds per-head matrices of a Gated DeltaNet
 // block's projections (tq calibrate's hessians/, calib.HessianSet.HeadHessian): entry
 // "attn_qkv.vheads" serves the value rows of attn_qkv, "attn_gate.heads" the rows of
-// attn_gate, one n×n row-major matrix per value head (docs/calibration.md, "Gated DeltaNet
-// heads"). ok is false when the calibration lacks them; heads is their number.
+// attn_gate, one n×n row-major matrix per group of consecutive value heads
+// (docs/calibration.md, "Gated DeltaNet heads"). HeadGroups is their number (0: none);
+// HeadGram's ok is false when a group has none (it saw no rows).
 type HeadHessianSource interface {
-	HeadGram(layer int, entry, tensor string, head int) (g []float64, n, heads int, ok bool, err error)
+	HeadGroups(layer int, entry string) int
+	HeadGram(layer int, entry, tensor string, group int) (g []float64, n int, ok bool, err error)
 }
 
 // headEntries maps the Qwen3.5 roles that get per-head matrices to their entries.
@@ -22,8 +23,9 @@ var headEntries = map[string]string{"in_proj_qkv": "attn_qkv.vheads", "in_proj_z
 
 // attachHeads makes a job whose rows include Gated DeltaNet value heads (attn_qkv's last
 // ValueDim rows, all of attn_gate's) encode each head's rows with its own matrix, where the
-// calibration holds one; the query and key rows keep the plain Gram matrix. Work items are
-// one head's rows (attn_gate's rows, ValueDim = heads·DState, give DState).
+// calibration holds one; the query and key rows keep the plain Gram matrix. ValueDim is
+// attn_gate's row count; work items are gcd(rows per head group, 2·KeyDim) rows, so each lies
+// within the query and key rows or within one head group.
 func attachHeads(j *job, t policy.Tensor, all []policy.Tensor, src HeadHessianSource) {
 	entry, ok := headEntries[policy.Role(t.Name)]
 	if j.hessian == nil || src == nil || !ok || len(t.Shape) != 2 {
@@ -44,53 +46,38 @@ func attachHeads(j *job, t policy.Tensor, all []policy.Tensor, src HeadHessianSo
 	if vd <= 0 || vd > rows || (rows-vd)%2 != 0 {
 		return
 	}
-	var once sync.Once
-	var heads int
-	var ferr error
-	layout := func() (int64, error) { // rows per head (0: no per-head matrices)
-		once.Do(func() {
-			_, _, heads, _, ferr = src.HeadGram(il, entry, t.Name, 0)
-			if ferr == nil && heads > 0 && vd%int64(heads) != 0 {
-				ferr = fmt.Errorf("tensor %s: %d value rows for %d heads", j.name, vd, heads)
-			}
-		})
-		if ferr != nil || heads <= 0 {
-			return 0, ferr
-		}
-		return vd / int64(heads), nil
+	groups := int64(src.HeadGroups(il, entry))
+	if groups <= 0 || vd%groups != 0 {
+		return
 	}
+	ds := vd / groups // rows per group
 	j.headHessian = func(r0, n int64) (*quant.Hessian, error) {
-		ds, err := layout()
-		if err != nil || ds == 0 {
-			return nil, err
-		}
 		first := rows - vd // the first value row
 		if r0+n <= first {
 			return nil, nil
 		}
 		h := (r0 - first) / ds
 		if r0 < first || (r0+n-1-first)/ds != h {
-			return nil, fmt.Errorf("tensor %s: rows %d..%d are not within one value head of %d rows", j.name, r0, r0+n-1, ds)
+			return nil, fmt.Errorf("tensor %s: rows %d..%d are not within one value head group of %d rows", j.name, r0, r0+n-1, ds)
 		}
-		g, cols, _, ok, err := src.HeadGram(il, entry, t.Name, int(h))
+		g, cols, ok, err := src.HeadGram(il, entry, t.Name, int(h))
 		switch {
 		case err != nil:
-			return nil, fmt.Errorf("tensor %s: head %d: %w", j.name, h, err)
+			return nil, fmt.Errorf("tensor %s: head group %d: %w", j.name, h, err)
 		case !ok:
 			return nil, nil
 		case int64(cols) != j.cols:
-			return nil, fmt.Errorf("tensor %s: head %d's matrix is %d×%d, the rows have %d columns", j.name, h, cols, cols, j.cols)
+			return nil, fmt.Errorf("tensor %s: head group %d's matrix is %d×%d, the rows have %d columns", j.name, h, cols, cols, j.cols)
 		}
 		hs, err := quant.NewHessianFromGram(cols, g)
 		if err != nil {
-			return nil, fmt.Errorf("tensor %s: head %d: %w", j.name, h, err)
+			return nil, fmt.Errorf("tensor %s: head group %d: %w", j.name, h, err)
 		}
 		return hs, nil
 	}
-	j.chunkRows = func() int64 {
-		if ds, err := layout(); err == nil && ds > 0 {
-			return ds
-		}
-		return 0
+	// items never straddle the first value row or a group boundary
+	j.chunkRows = ds
+	for a := rows - vd; a != 0; {
+		j.chunkRows, a = a, j.chunkRows%a
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/internal/fixtures"
 	"github.com/tq-project/tq/internal/modelsrc"
-	"github.com/tq-project/tq/quant"
 )
 
 // fakeHeadHessians serves one plain Gram matrix to every Gated DeltaNet projection and a
@@ -29,91 +28,76 @@ func (f *fakeHeadHessians) Gram(tensor string, m int) ([]float64, int, bool, err
 	return nil, 0, false, nil
 }
 
-func (f *fakeHeadHessians) HeadGram(layer int, entry, tensor string, head int) ([]float64, int, int, bool, error) {
+func (f *fakeHeadHessians) HeadGroups(int, string) int { return f.heads }
+
+func (f *fakeHeadHessians) HeadGram(layer int, entry, tensor string, head int) ([]float64, int, bool, error) {
 	f.calls.Add(1)
 	seed := uint64(100 + head)
 	if entry == "attn_gate.heads" {
 		seed = uint64(200 + head)
 	}
-	return spdGram(f.n, seed), f.n, f.heads, true, nil
+	return spdGram(f.n, seed), f.n, true, nil
 }
 
 // With per-head matrices, a Gated DeltaNet attn_qkv's query and key rows are the bytes
-// quant.QuantizeGPTQ gives with the plain matrix, each value head's rows those it gives with
-// that head's matrix, and attn_gate's rows likewise per head.
+// quant.QuantizeGPTQ gives with the plain matrix, each head group's rows those it gives with
+// that group's matrix, and attn_gate's rows likewise per group: one matrix per head (4 value
+// heads), and 4 groups of 3 heads over 12 value heads, whose groups do not start at multiples
+// of the query and key rows' count (work items must split there too).
 func TestConvertUsesHeadHessians(t *testing.T) {
-	o := fixtures.Preset("qwen35moe")
-	dir := genModel(t, o)
-	hf, err := modelsrc.OpenHF(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hf.Close()
-	var cols, vd int64
-	for _, d := range hf.Tensors() {
-		switch d.Name {
-		case "blk.0.attn_qkv.weight":
-			cols = d.Shape[0]
-		case "blk.0.attn_gate.weight":
-			vd = d.Shape[1]
-		}
-	}
-	heads := o.Hybrid.LinearValueHeads
-	if cols == 0 || vd == 0 || heads < 2 {
-		t.Fatalf("fixture: %d columns, %d value rows, %d heads", cols, vd, heads)
-	}
-	src := &fakeHeadHessians{n: int(cols), heads: heads, plain: spdGram(int(cols), 7)}
-	out := filepath.Join(t.TempDir(), "h.gguf")
-	if _, err := Convert(context.Background(), dir, out, Options{Types: TypeOptions{TurboQuant: true, Hessians: src}}); err != nil {
-		t.Fatal(err)
-	}
-	if src.calls.Load() == 0 {
-		t.Fatal("no per-head matrix was asked for")
-	}
-	m, err := gguf.Open(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	ds := int(vd) / heads
-	for _, name := range []string{"blk.0.attn_qkv.weight", "blk.0.attn_gate.weight"} {
-		ti, ok := m.Tensor(name)
-		if !ok {
-			t.Fatalf("%s missing", name)
-		}
-		got, err := m.TensorData(name)
+	for _, c := range []struct{ heads, groups int }{{4, 4}, {12, 4}} {
+		o := fixtures.Preset("qwen35moe")
+		o.Hybrid.LinearValueHeads = c.heads
+		dir := genModel(t, o)
+		hf, err := modelsrc.OpenHF(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		w := make([]float32, ti.NumElements())
-		if err := hf.ReadFloat32(name, w); err != nil {
+		defer hf.Close()
+		var cols, vd int64
+		for _, d := range hf.Tensors() {
+			switch d.Name {
+			case "blk.0.attn_qkv.weight":
+				cols = d.Shape[0]
+			case "blk.0.attn_gate.weight":
+				vd = d.Shape[1]
+			}
+		}
+		if cols == 0 || vd == 0 || vd%int64(c.groups) != 0 {
+			t.Fatalf("fixture: %d columns, %d value rows for %d groups", cols, vd, c.groups)
+		}
+		src := &fakeHeadHessians{n: int(cols), heads: c.groups, plain: spdGram(int(cols), 7)}
+		out := filepath.Join(t.TempDir(), "h.gguf")
+		if _, err := Convert(context.Background(), dir, out, Options{Types: TypeOptions{TurboQuant: true, Hessians: src}}); err != nil {
 			t.Fatal(err)
 		}
-		rows := len(w) / int(cols)
-		rb := len(got) / rows
-		first, base := rows-int(vd), uint64(100)
-		if strings.Contains(name, "attn_gate") {
-			base = 200
+		if src.calls.Load() == 0 {
+			t.Fatal("no per-head matrix was asked for")
 		}
-		enc := func(r0, r1 int, g []float64) []byte {
-			h, err := quant.NewHessianFromGram(int(cols), g)
-			if err != nil {
-				t.Fatal(err)
+		m, err := gguf.Open(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		ds := int(vd) / c.groups
+		for _, name := range []string{"blk.0.attn_qkv.weight", "blk.0.attn_gate.weight"} {
+			got, typ, w := fileAndSource(t, m, hf, name)
+			n := int(cols)
+			rows := len(w) / n
+			rb := len(got) / rows
+			first, base := rows-int(vd), uint64(100)
+			if strings.Contains(name, "attn_gate") {
+				base = 200
 			}
-			b := make([]byte, (r1-r0)*rb)
-			if err := quant.QuantizeGPTQ(ti.Type, b, w[r0*int(cols):r1*int(cols)], r1-r0, int(cols), h,
-				&quant.GPTQOptions{Threads: 1, Refine: true, ActOrder: true}); err != nil {
-				t.Fatal(err)
+			if first > 0 && !bytes.Equal(got[:first*rb], gptqBytes(t, typ, w[:first*n], n, src.plain, first*rb)) {
+				t.Errorf("%d heads: %s: the query and key rows differ from the plain matrix's encoding", c.heads, name)
 			}
-			return b
-		}
-		if first > 0 && !bytes.Equal(got[:first*rb], enc(0, first, src.plain)) {
-			t.Errorf("%s: the query and key rows differ from the plain matrix's encoding", name)
-		}
-		for h := 0; h < heads; h++ {
-			r0 := first + h*ds
-			if !bytes.Equal(got[r0*rb:(r0+ds)*rb], enc(r0, r0+ds, spdGram(int(cols), base+uint64(h)))) {
-				t.Errorf("%s: value head %d's rows differ from its matrix's encoding", name, h)
+			for h := 0; h < c.groups; h++ {
+				r0 := first + h*ds
+				want := gptqBytes(t, typ, w[r0*n:(r0+ds)*n], n, spdGram(n, base+uint64(h)), ds*rb)
+				if !bytes.Equal(got[r0*rb:(r0+ds)*rb], want) {
+					t.Errorf("%d heads: %s: head group %d's rows differ from its matrix's encoding", c.heads, name, h)
+				}
 			}
 		}
 	}

@@ -119,26 +119,34 @@ func (r rotatedHessians) Gram(tensor string, m int) ([]float64, int, bool, error
 	return h, n, true, nil
 }
 
+// HeadGroups passes the number of per-head matrices through.
+func (r rotatedHessians) HeadGroups(layer int, entry string) int {
+	if hs, ok := r.src.(HeadHessianSource); ok {
+		return hs.HeadGroups(layer, entry)
+	}
+	return 0
+}
+
 // HeadGram rotates the per-head matrices like those of the tensor they serve.
-func (r rotatedHessians) HeadGram(layer int, entry, tensor string, head int) ([]float64, int, int, bool, error) {
+func (r rotatedHessians) HeadGram(layer int, entry, tensor string, group int) ([]float64, int, bool, error) {
 	hs, ok := r.src.(HeadHessianSource)
 	if !ok {
-		return nil, 0, 0, false, nil
+		return nil, 0, false, nil
 	}
-	g, n, heads, ok, err := hs.HeadGram(layer, entry, tensor, head)
+	g, n, ok, err := hs.HeadGram(layer, entry, tensor, group)
 	if err != nil || !ok {
-		return g, n, heads, ok, err
+		return g, n, ok, err
 	}
 	kind, norm := r.rs.Plan(tensor)
 	if kind != rotate.Reader {
-		return g, n, heads, ok, nil
+		return g, n, ok, nil
 	}
 	if n != r.rs.Rotation().Dim() {
-		return nil, 0, 0, false, fmt.Errorf("tensor %s: a %d×%d head matrix for a rotated reader of width %d", tensor, n, n, r.rs.Rotation().Dim())
+		return nil, 0, false, fmt.Errorf("tensor %s: a %d×%d head matrix for a rotated reader of width %d", tensor, n, n, r.rs.Rotation().Dim())
 	}
 	h, err := r.rs.Rotation().Gram(g, norm)
 	if err != nil {
-		return nil, 0, 0, false, fmt.Errorf("tensor %s: %w", tensor, err)
+		return nil, 0, false, fmt.Errorf("tensor %s: %w", tensor, err)
 	}
-	return h, n, heads, true, nil
+	return h, n, true, nil
 }

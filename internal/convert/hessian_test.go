@@ -33,6 +33,39 @@ func (f *fakeHessians) Gram(tensor string, m int) ([]float64, int, bool, error) 
 	return nil, 0, false, nil
 }
 
+// fileAndSource returns tensor name's bytes in the converted file m, its type and the
+// checkpoint's weights for it.
+func fileAndSource(t *testing.T, m *gguf.Model, hf *modelsrc.HFSource, name string) ([]byte, gguf.GGMLType, []float32) {
+	t.Helper()
+	ti, ok := m.Tensor(name)
+	if !ok {
+		t.Fatalf("%s missing", name)
+	}
+	got, err := m.TensorData(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := make([]float32, ti.NumElements())
+	if err := hf.ReadFloat32(name, w); err != nil {
+		t.Fatal(err)
+	}
+	return got, ti.Type, w
+}
+
+// gptqBytes is what convert must write for rows w (cols each) with Gram matrix g.
+func gptqBytes(t *testing.T, typ gguf.GGMLType, w []float32, cols int, g []float64, nbytes int) []byte {
+	t.Helper()
+	h, err := quant.NewHessianFromGram(cols, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, nbytes)
+	if err := quant.QuantizeGPTQ(typ, b, w, len(w)/cols, cols, h, &quant.GPTQOptions{Threads: 1, Refine: true, ActOrder: true}); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func spdGram(n int, seed uint64) []float64 {
 	r := rand.New(rand.NewPCG(seed, 1))
 	k := 2 * n
@@ -98,30 +131,10 @@ func TestConvertUsesHessians(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer hf.Close()
-	h, err := quant.NewHessianFromGram(int(cols), src.grams[int(cols)])
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, name := range []string{"blk.0.attn_q.weight", "blk.1.attn_v.weight"} {
-		ti, ok := m.Tensor(name)
-		if !ok {
-			t.Fatalf("%s missing", name)
-		}
-		got, err := m.TensorData(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w := make([]float32, ti.NumElements())
-		if err := hf.ReadFloat32(name, w); err != nil {
-			t.Fatal(err)
-		}
-		rows := len(w) / int(cols)
-		want := make([]byte, len(got))
-		if err := quant.QuantizeGPTQ(ti.Type, want, w, rows, int(cols), h, &quant.GPTQOptions{Threads: 1, Refine: true, ActOrder: true}); err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Errorf("%s (%s): the file's bytes differ from quant.QuantizeGPTQ's", name, ti.Type)
+		got, typ, w := fileAndSource(t, m, hf, name)
+		if !bytes.Equal(got, gptqBytes(t, typ, w, int(cols), src.grams[int(cols)], len(got))) {
+			t.Errorf("%s (%s): the file's bytes differ from quant.QuantizeGPTQ's", name, typ)
 		}
 	}
 }
