@@ -1,6 +1,7 @@
 package calib
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 
@@ -24,7 +25,9 @@ type TensorChoice struct {
 	// GroupSize is the number of consecutive weights sharing a scale (0: the type's block).
 	GroupSize int `json:"group_size"`
 	// ContainerWeightedRMSE is the importance-weighted RMSE of each candidate container of the
-	// same size (int4: Q4_K and IQ4_NL, 4.5 bits per weight); Type is the lowest.
+	// same size (int4: Q4_K and IQ4_NL, 4.5 bits per weight); Type is the lowest. A candidate
+	// more than 5 % worse than the best on a quarter of the sampled rows (the probe) keeps
+	// that quarter's figure; the others cover every sampled row.
 	ContainerWeightedRMSE map[string]float64 `json:"container_weighted_rmse,omitempty"`
 	// Shape is the tensor's ggml shape.
 	Shape []int64 `json:"shape"`
@@ -80,6 +83,10 @@ type SearchOptions struct {
 	// matrix (SampleRows/nmat per matrix, at least 16): the figures are then estimates; convert
 	// quantizes every row with the same search. <= 0 measures all rows.
 	SampleRows int
+	// noProbe measures every candidate container on every sampled row; probeMargin, when > 0,
+	// replaces defaultProbeMargin (tests).
+	noProbe     bool
+	probeMargin float64
 }
 
 const minSampleRows = 16
@@ -93,7 +100,33 @@ type MatrixReader func(e, r0, n int, dst []float32) error
 type errAcc struct {
 	sq, wsq, sig, wsig, w float64 // Σd², Σw·d², Σx², Σw·x², Σw (per element)
 	n                     int64
+	full                  bool // covers every sampled row
 }
+
+func (a *errAcc) merge(b errAcc) {
+	a.sq += b.sq
+	a.wsq += b.wsq
+	a.sig += b.sig
+	a.wsig += b.wsig
+	a.w += b.w
+	a.n += b.n
+}
+
+// The container search's probe (SearchTensor): every probeStride-th sampled row, used when
+// a tensor has at least probeMinRows sampled rows; a candidate whose probe error exceeds the
+// best one's by more than defaultProbeMargin (relative) is not measured further.
+const (
+	probeStride        = 4
+	probeMinRows       = 64
+	defaultProbeMargin = 0.05
+)
+
+// rows of the sample a measurement covers
+const (
+	partAll   = iota // every sampled row
+	partProbe        // the probe's rows
+	partRest         // the others
+)
 
 // quantizeRows quantizes rows with container t in mode and writes the reconstruction into deq.
 func quantizeRows(t gguf.GGMLType, mode quant.Mode, x []float32, rows, cols int, imp []float32, threads int, name string, buf []byte, deq []float32) ([]byte, error) {
@@ -202,8 +235,10 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 	// measure quantizes the sampled rows of every matrix with type qt (importance-weighted
 	// when weighted is set; the same call convert makes) and accumulates the errors, weighted
 	// by the importance where it is known; it returns the accumulator and Σ_e p_e·(weighted
-	// squared error of matrix e).
-	measure := func(qt gguf.GGMLType, weighted bool) (errAcc, float64, error) {
+	// squared error of matrix e). part selects the sampled rows by their position k in sel:
+	// partAll every one, partProbe those with k%probeStride == 0, partRest the others.
+	idx := make([]int, 0, chunkRows)
+	measure := func(qt gguf.GGMLType, weighted bool, part int) (errAcc, float64, error) {
 		var acc errAcc
 		var out float64
 		for e := 0; e < nmat; e++ {
@@ -213,9 +248,17 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 				qw = nil
 			}
 			p := share(e)
-			for c0 := 0; c0 < len(sel); c0 += chunkRows {
-				idx := sel[c0:min(c0+chunkRows, len(sel))]
+			for k := 0; k < len(sel); {
+				idx = idx[:0]
+				for ; k < len(sel) && len(idx) < chunkRows; k++ {
+					if part == partAll || (k%probeStride == 0) == (part == partProbe) {
+						idx = append(idx, sel[k])
+					}
+				}
 				n := len(idx)
+				if n == 0 {
+					continue
+				}
 				xs := x[:n*cols]
 				for i := 0; i < n; {
 					j := i + 1
@@ -238,22 +281,65 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 		}
 		return acc, out, nil
 	}
-	// the container: the candidate with the lowest importance-weighted error
+	// the container: the candidate with the lowest importance-weighted error. With several
+	// candidates and enough rows, every candidate is first measured on a quarter of the
+	// sampled rows (the probe); the rest of the rows are measured only for the probe's best and
+	// for the candidates within probeMargin of it, so a clear winner costs a quarter per
+	// loser instead of all the rows. The recorded figures are always over all sampled rows.
 	var main errAcc
 	var outMSE float64
-	for k, ct := range cands {
-		acc, out, err := measure(ct, true)
-		if err != nil {
-			return nil, err
+	probe := len(cands) > 1 && len(sel) >= probeMinRows && !o.noProbe
+	type meas struct {
+		acc errAcc
+		out float64
+	}
+	ms := make([]meas, len(cands))
+	if probe {
+		best := -1
+		for k, ct := range cands {
+			acc, out, err := measure(ct, true, partProbe)
+			if err != nil {
+				return nil, err
+			}
+			ms[k] = meas{acc, out}
+			if best < 0 || acc.wsq < ms[best].acc.wsq {
+				best = k
+			}
 		}
+		limit := ms[best].acc.wsq * (1 + cmp.Or(o.probeMargin, defaultProbeMargin))
+		for k, ct := range cands {
+			if k != best && ms[k].acc.wsq > limit {
+				continue // a clear loser: its error stays the probe's estimate
+			}
+			acc, out, err := measure(ct, true, partRest)
+			if err != nil {
+				return nil, err
+			}
+			ms[k].acc.merge(acc)
+			ms[k].out += out
+			ms[k].acc.full = true
+		}
+	} else {
+		for k, ct := range cands {
+			acc, out, err := measure(ct, true, partAll)
+			if err != nil {
+				return nil, err
+			}
+			acc.full = true
+			ms[k] = meas{acc, out}
+		}
+	}
+	first := true
+	for k, ct := range cands {
+		acc := ms[k].acc
 		if len(cands) > 1 {
 			if ch.ContainerWeightedRMSE == nil {
 				ch.ContainerWeightedRMSE = map[string]float64{}
 			}
 			ch.ContainerWeightedRMSE[ct.String()] = math.Sqrt(acc.wsq / acc.w)
 		}
-		if k == 0 || acc.wsq < main.wsq {
-			t, main, outMSE = ct, acc, out
+		if acc.full && (first || acc.wsq < main.wsq) {
+			t, main, outMSE, first = ct, acc, ms[k].out, false
 		}
 	}
 	ch.Type, ch.BPW = t.String(), bpw(t)
@@ -261,13 +347,13 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 	var altMSE float64
 	if ch.Weighted && !o.NoBaseline {
 		var err error
-		if base, _, err = measure(t, false); err != nil {
+		if base, _, err = measure(t, false, partAll); err != nil {
 			return nil, err
 		}
 	}
 	if at != 0 {
 		var err error
-		if _, altMSE, err = measure(at, true); err != nil {
+		if _, altMSE, err = measure(at, true, partAll); err != nil {
 			return nil, err
 		}
 	}

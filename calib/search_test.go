@@ -1,0 +1,121 @@
+package calib
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/tq-project/tq/internal/convert/policy"
+)
+
+// TestSearchProbe checks the container search's probe: with it, the chosen container and
+// every recorded figure of the choice are those of measuring both containers on every
+// sampled row; a loser is measured on all rows unless its probe error is more than
+// probeMargin above the winner's. Gaussian, heavy-tailed (Student-t, 3 degrees of freedom)
+// and outlier-column weights, with importance weights spanning three decades.
+func TestSearchProbe(t *testing.T) {
+	const cols = 512
+	gens := map[string]func(r *rand.Rand, c int) float64{
+		"gauss": func(r *rand.Rand, c int) float64 { return r.NormFloat64() },
+		"student-t3": func(r *rand.Rand, c int) float64 {
+			z := r.NormFloat64()
+			var v float64
+			for range 3 {
+				g := r.NormFloat64()
+				v += g * g
+			}
+			return z / math.Sqrt(v/3)
+		},
+		"outlier-columns": func(r *rand.Rand, c int) float64 {
+			if c%61 == 0 {
+				return 20 * r.NormFloat64()
+			}
+			return r.NormFloat64()
+		},
+	}
+	skipped := 0
+	for name, gen := range gens {
+		for _, rows := range []int{40, 300} {
+			r := rand.New(rand.NewPCG(uint64(rows), 7))
+			w := make([]float32, rows*cols)
+			for i := range w {
+				w[i] = float32(0.02 * gen(r, i%cols))
+			}
+			imp := make([]float32, cols)
+			for c := range imp {
+				imp[c] = float32(math.Pow(10, 3*r.Float64()))
+			}
+			readRows := 0
+			read := func(e, r0, n int, dst []float32) error {
+				readRows += n
+				copy(dst, w[r0*cols:(r0+n)*cols])
+				return nil
+			}
+			shape := []int64{cols, int64(rows)}
+			o := &SearchOptions{Config: policy.DefaultTurboConfig(), Threads: 2, NoBaseline: true, NoSensitivity: true, SampleRows: 256}
+			impf := func(int) []float32 { return imp }
+			share := func(int) float64 { return 1 }
+			got, err := SearchTensor(name, shape, read, impf, share, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			probed := readRows
+			// a margin no candidate exceeds: every candidate is measured on every row
+			o.probeMargin = 1e9
+			readRows = 0
+			wide, err := SearchTensor(name, shape, read, impf, share, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wideRows := readRows
+			o.probeMargin = 0
+			o.noProbe = true
+			readRows = 0
+			want, err := SearchTensor(name, shape, read, impf, share, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			all := readRows
+			if len(want.ContainerWeightedRMSE) != 2 {
+				t.Fatalf("%s: %d candidates measured, want 2 (Q4_K and IQ4_NL)", name, len(want.ContainerWeightedRMSE))
+			}
+			if got.Type != want.Type {
+				t.Fatalf("%s, %d rows: probe chose %s, every row gives %s (%v)", name, rows, got.Type, want.Type, want.ContainerWeightedRMSE)
+			}
+			near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-12*math.Abs(b) }
+			if !near(got.RMSE, want.RMSE) || !near(got.WeightedRMSE, want.WeightedRMSE) || !near(got.OutputMSE, want.OutputMSE) ||
+				!near(got.SNRdB, want.SNRdB) || !near(got.OutputNSR, want.OutputNSR) {
+				t.Fatalf("%s, %d rows: figures %+v, every row gives %+v", name, rows, got, want)
+			}
+			best := want.ContainerWeightedRMSE[want.Type]
+			for ct, v := range want.ContainerWeightedRMSE {
+				g := got.ContainerWeightedRMSE[ct]
+				// the probe's figure of a clear loser is an estimate over a quarter of the rows
+				if ct != want.Type && !near(g, v) {
+					skipped++
+					if g*g <= best*best*(1+defaultProbeMargin) || all-probed != 3*(all/2)/4 {
+						t.Fatalf("%s, %d rows: %s kept its probe figure %v (all rows %v, best %v), rows read %d of %d",
+							name, rows, ct, g, v, best, probed, all)
+					}
+				} else if !near(g, v) {
+					t.Fatalf("%s, %d rows: %s %v, every row gives %v", name, rows, ct, g, v)
+				}
+			}
+			if wide.Type != want.Type || !near(wide.WeightedRMSE, want.WeightedRMSE) || wideRows != all {
+				t.Fatalf("%s, %d rows: with every candidate within the margin: %+v (%d rows read), every row gives %+v (%d)",
+					name, rows, wide, wideRows, want, all)
+			}
+			for ct, v := range want.ContainerWeightedRMSE {
+				if !near(wide.ContainerWeightedRMSE[ct], v) {
+					t.Fatalf("%s, %d rows: %s within the margin %v, every row gives %v", name, rows, ct, wide.ContainerWeightedRMSE[ct], v)
+				}
+			}
+			if rows < probeMinRows && probed != all {
+				t.Fatalf("%s, %d rows: probe used below %d rows", name, rows, probeMinRows)
+			}
+		}
+	}
+	if skipped == 0 {
+		t.Fatal("no case had a clear loser: the probe's saving is untested")
+	}
+}
