@@ -50,6 +50,8 @@ type TensorChoice struct {
 	OutputMSE float64 `json:"output_mse"`
 	// UnweightedWeightedRMSE is the weighted RMSE an unweighted search reaches on the same
 	// container (the gain of importance weighting is UnweightedWeightedRMSE/WeightedRMSE).
+	// When the container search used its probe, the unweighted search runs on the probe's
+	// rows only: the value is WeightedRMSE times the ratio of the two searches there.
 	UnweightedWeightedRMSE float64 `json:"unweighted_search_weighted_rmse,omitempty"`
 	// AltType/AltBPW/AltOutputMSE describe the other bit width (int8 when the choice is int4
 	// and vice versa), measured for the sensitivity figure.
@@ -294,6 +296,7 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 		out float64
 	}
 	ms := make([]meas, len(cands))
+	probeAcc := make([]errAcc, len(cands)) // each candidate's figures on the probe's rows
 	if probe {
 		best := -1
 		for k, ct := range cands {
@@ -301,7 +304,7 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 			if err != nil {
 				return nil, err
 			}
-			ms[k] = meas{acc, out}
+			ms[k], probeAcc[k] = meas{acc, out}, acc
 			if best < 0 || acc.wsq < ms[best].acc.wsq {
 				best = k
 			}
@@ -329,7 +332,7 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 			ms[k] = meas{acc, out}
 		}
 	}
-	first := true
+	first, chosen := true, 0
 	for k, ct := range cands {
 		acc := ms[k].acc
 		if len(cands) > 1 {
@@ -339,16 +342,26 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 			ch.ContainerWeightedRMSE[ct.String()] = math.Sqrt(acc.wsq / acc.w)
 		}
 		if acc.full && (first || acc.wsq < main.wsq) {
-			t, main, outMSE, first = ct, acc, ms[k].out, false
+			t, main, outMSE, first, chosen = ct, acc, ms[k].out, false, k
 		}
 	}
 	ch.Type, ch.BPW = t.String(), bpw(t)
 	var base errAcc
 	var altMSE float64
 	if ch.Weighted && !o.NoBaseline {
+		// with the probe, the unweighted search runs on the probe's rows only and is compared
+		// with the chosen container's weighted search on the same rows
+		part := partAll
+		if probe {
+			part = partProbe
+		}
 		var err error
-		if base, _, err = measure(t, false, partAll); err != nil {
+		if base, _, err = measure(t, false, part); err != nil {
 			return nil, err
+		}
+		if probe && probeAcc[chosen].wsq > 0 {
+			base.wsq *= main.wsq / probeAcc[chosen].wsq
+			base.w = main.w
 		}
 	}
 	if at != 0 {

@@ -110,6 +110,38 @@ func TestSearchProbe(t *testing.T) {
 					t.Fatalf("%s, %d rows: %s within the margin %v, every row gives %v", name, rows, ct, wide.ContainerWeightedRMSE[ct], v)
 				}
 			}
+			// the unweighted baseline: with the probe it runs on the probe's rows, and the
+			// recorded gain is the ratio of the two searches on exactly those rows
+			o.NoBaseline, o.noProbe = false, false
+			gb, err := SearchTensor(name, shape, read, impf, share, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sub []float32
+			per := min(rows, 256)
+			for k := 0; k < per; k++ {
+				if rows <= 256 || k%probeStride == 0 {
+					r0 := k * rows / per
+					sub = append(sub, w[r0*cols:(r0+1)*cols]...)
+				}
+			}
+			subRows := len(sub) / cols
+			readSub := func(e, r0, n int, dst []float32) error {
+				copy(dst, sub[r0*cols:(r0+n)*cols])
+				return nil
+			}
+			so := &SearchOptions{Config: o.Config, Threads: 2, NoSensitivity: true, SampleRows: -1, noProbe: true}
+			ref, err := SearchTensor(name, []int64{cols, int64(subRows)}, readSub, impf, share, so)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if gb.UnweightedWeightedRMSE <= 0 || ref.UnweightedWeightedRMSE <= 0 ||
+				!near(gb.UnweightedWeightedRMSE/gb.WeightedRMSE, ref.UnweightedWeightedRMSE/ref.WeightedRMSE) {
+				t.Fatalf("%s, %d rows: weighting gain %v (%v/%v), on the %d probe rows alone %v", name, rows,
+					gb.UnweightedWeightedRMSE/gb.WeightedRMSE, gb.UnweightedWeightedRMSE, gb.WeightedRMSE, subRows,
+					ref.UnweightedWeightedRMSE/ref.WeightedRMSE)
+			}
+			o.NoBaseline = true
 			if rows < probeMinRows && probed != all {
 				t.Fatalf("%s, %d rows: probe used below %d rows", name, rows, probeMinRows)
 			}
