@@ -95,6 +95,14 @@ func runConvert(cmd *cobra.Command, dir string, f *convertFlags) error {
 	if f.turbo && cmd.Flags().Changed("outtype") {
 		return fmt.Errorf("--outtype and --use-turboquant are exclusive")
 	}
+	if f.turbo {
+		// these adjust a preset's mixture; turboquant's types come from quantize_config.json
+		for _, name := range []string{"tensor-type", "pure", "output-tensor-type", "token-embedding-type"} {
+			if cmd.Flags().Changed(name) {
+				return fmt.Errorf("--%s adjusts an --outtype preset and does not apply to --use-turboquant: its types come from quantize_config.json (per-tensor types go in its \"tensor_types\"; --embedding-type sets token_embd)", name)
+			}
+		}
+	}
 	opts, err := f.options(f.outType)
 	if err != nil {
 		return err
@@ -151,7 +159,7 @@ type writeFlags struct {
 // ("presets: " where another policy exists).
 func (f *writeFlags) register(fl *pflag.FlagSet, only string) {
 	fl.StringVar(&f.imatrix, "imatrix", "", "llama.cpp importance matrix (imatrix.gguf or .dat)")
-	fl.StringArrayVar(&f.overrides, "tensor-type", nil, "PATTERN=TYPE: force the type of tensors whose name matches the regexp (repeatable)")
+	fl.StringArrayVar(&f.overrides, "tensor-type", nil, only+"PATTERN=TYPE: force the type of tensors whose name matches the regexp (repeatable)")
 	fl.BoolVar(&f.pure, "pure", false, only+"disable the mixture rules (one type for all quantized tensors)")
 	fl.StringVar(&f.outputType, "output-tensor-type", "", only+"type of output.weight")
 	fl.StringVar(&f.tokEmbType, "token-embedding-type", "", only+"type of token_embd.weight")
