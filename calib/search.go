@@ -114,8 +114,8 @@ func (a *errAcc) merge(b errAcc) {
 	a.n += b.n
 }
 
-// The container search's probe (SearchTensor): every probeStride-th sampled row, used when
-// a tensor has at least probeMinRows sampled rows; a candidate whose probe error exceeds the
+// The container search's probe (SearchTensor): every probeStride-th sampled row of each
+// matrix, used when a tensor has at least probeMinRows sampled rows in all; a candidate whose probe error exceeds the
 // best one's by more than defaultProbeMargin (relative) is not measured further.
 const (
 	probeStride        = 4
@@ -290,7 +290,7 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 	// loser instead of all the rows. The recorded figures are always over all sampled rows.
 	var main errAcc
 	var outMSE float64
-	probe := len(cands) > 1 && len(sel) >= probeMinRows && !o.noProbe
+	probe := len(cands) > 1 && len(sel)*nmat >= probeMinRows && !o.noProbe
 	type meas struct {
 		acc errAcc
 		out float64

@@ -35,9 +35,12 @@ func TestSearchProbe(t *testing.T) {
 	}
 	skipped := 0
 	for name, gen := range gens {
-		for _, rows := range []int{40, 300} {
+		// a matrix below the probe's minimum, one above it, and stacked experts (32 rows each)
+		// whose total is above it
+		for _, sh := range [][2]int{{40, 1}, {300, 1}, {32, 4}} {
+			rows, nmat := sh[0], sh[1]
 			r := rand.New(rand.NewPCG(uint64(rows), 7))
-			w := make([]float32, rows*cols)
+			w := make([]float32, nmat*rows*cols)
 			for i := range w {
 				w[i] = float32(0.02 * gen(r, i%cols))
 			}
@@ -48,10 +51,10 @@ func TestSearchProbe(t *testing.T) {
 			readRows := 0
 			read := func(e, r0, n int, dst []float32) error {
 				readRows += n
-				copy(dst, w[r0*cols:(r0+n)*cols])
+				copy(dst, w[(e*rows+r0)*cols:(e*rows+r0+n)*cols])
 				return nil
 			}
-			shape := []int64{cols, int64(rows)}
+			shape := []int64{cols, int64(rows), int64(nmat)}
 			o := &SearchOptions{Config: policy.DefaultTurboConfig(), Threads: 2, NoBaseline: true, NoSensitivity: true, SampleRows: 256}
 			impf := func(int) []float32 { return imp }
 			share := func(int) float64 { return 1 }
@@ -117,21 +120,26 @@ func TestSearchProbe(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// the rows the probe sees: every probeStride-th sampled row of each matrix (all of
+			// them when the probe is not used)
 			var sub []float32
-			per := min(rows, 256)
-			for k := 0; k < per; k++ {
-				if rows <= 256 || k%probeStride == 0 {
-					r0 := k * rows / per
-					sub = append(sub, w[r0*cols:(r0+1)*cols]...)
+			per := min(rows, (256+nmat-1)/nmat)
+			usesProbe := per*nmat >= probeMinRows
+			for e := 0; e < nmat; e++ {
+				for k := 0; k < per; k++ {
+					if !usesProbe || k%probeStride == 0 {
+						r0 := e*rows + k*rows/per
+						sub = append(sub, w[r0*cols:(r0+1)*cols]...)
+					}
 				}
 			}
-			subRows := len(sub) / cols
+			subRows := len(sub) / cols / nmat
 			readSub := func(e, r0, n int, dst []float32) error {
-				copy(dst, sub[r0*cols:(r0+n)*cols])
+				copy(dst, sub[(e*subRows+r0)*cols:(e*subRows+r0+n)*cols])
 				return nil
 			}
 			so := &SearchOptions{Config: o.Config, Threads: 2, NoSensitivity: true, SampleRows: -1, noProbe: true}
-			ref, err := SearchTensor(name, []int64{cols, int64(subRows)}, readSub, impf, share, so)
+			ref, err := SearchTensor(name, []int64{cols, int64(subRows), int64(nmat)}, readSub, impf, share, so)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -142,7 +150,10 @@ func TestSearchProbe(t *testing.T) {
 					ref.UnweightedWeightedRMSE/ref.WeightedRMSE)
 			}
 			o.NoBaseline = true
-			if rows < probeMinRows && probed != all {
+			if usesProbe && probed >= all {
+				t.Fatalf("%s, %d×%d rows: the probe saved nothing (%d rows read, %d without it)", name, nmat, rows, probed, all)
+			}
+			if !usesProbe && probed != all {
 				t.Fatalf("%s, %d rows: probe used below %d rows", name, rows, probeMinRows)
 			}
 		}
