@@ -235,9 +235,9 @@ func (s *HessianSet) HeadGroups(il int, entry string) int {
 }
 
 // HeadHessian returns matrix h (a group of value heads, headGroups) of a per-head entry of
-// block il (VHeadsEntry or GateHeadsEntry), n×n row-major, divided by its row count, and the
-// number of matrices; ok is false with a nil error when the calibration has no such entry
-// (see HeadGroups) or the group saw no rows.
+// block il (VHeadsEntry or GateHeadsEntry), n×n row-major, divided by its row count; ok is
+// false with a nil error when the calibration has no such entry (see HeadGroups) or the group
+// saw no rows.
 func (s *HessianSet) HeadHessian(il int, entry string, h int) (g []float64, n int, ok bool, err error) {
 	groups := s.HeadGroups(il, entry)
 	if groups == 0 {

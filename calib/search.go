@@ -286,7 +286,7 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 	// the container: the candidate with the lowest importance-weighted error. With several
 	// candidates and enough rows, every candidate is first measured on a quarter of the
 	// sampled rows (the probe); the rest of the rows are measured only for the probe's best and
-	// for the candidates within probeMargin of it, so a clear winner costs a quarter per
+	// for the candidates within defaultProbeMargin of it, so a clear winner costs a quarter per
 	// loser instead of all the rows. The recorded figures are always over all sampled rows.
 	var main errAcc
 	var outMSE float64
@@ -297,18 +297,23 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 	}
 	ms := make([]meas, len(cands))
 	probeAcc := make([]errAcc, len(cands)) // each candidate's figures on the probe's rows
+	part := partAll
 	if probe {
-		best := -1
-		for k, ct := range cands {
-			acc, out, err := measure(ct, true, partProbe)
-			if err != nil {
-				return nil, err
-			}
-			ms[k], probeAcc[k] = meas{acc, out}, acc
-			if best < 0 || acc.wsq < ms[best].acc.wsq {
-				best = k
-			}
+		part = partProbe
+	}
+	best := 0
+	for k, ct := range cands {
+		acc, out, err := measure(ct, true, part)
+		if err != nil {
+			return nil, err
 		}
+		acc.full = !probe
+		ms[k], probeAcc[k] = meas{acc, out}, acc
+		if acc.wsq < ms[best].acc.wsq {
+			best = k
+		}
+	}
+	if probe {
 		limit := ms[best].acc.wsq * (1 + cmp.Or(o.probeMargin, defaultProbeMargin))
 		for k, ct := range cands {
 			if k != best && ms[k].acc.wsq > limit {
@@ -321,15 +326,6 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 			ms[k].acc.merge(acc)
 			ms[k].out += out
 			ms[k].acc.full = true
-		}
-	} else {
-		for k, ct := range cands {
-			acc, out, err := measure(ct, true, partAll)
-			if err != nil {
-				return nil, err
-			}
-			acc.full = true
-			ms[k] = meas{acc, out}
 		}
 	}
 	first, chosen := true, 0
@@ -349,12 +345,8 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 	var base errAcc
 	var altMSE float64
 	if ch.Weighted && !o.NoBaseline {
-		// with the probe, the unweighted search runs on the probe's rows only and is compared
-		// with the chosen container's weighted search on the same rows
-		part := partAll
-		if probe {
-			part = partProbe
-		}
+		// with the probe, the unweighted search runs on the probe's rows only (part) and is
+		// compared with the chosen container's weighted search on the same rows
 		var err error
 		if base, _, err = measure(t, false, part); err != nil {
 			return nil, err
