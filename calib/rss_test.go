@@ -15,8 +15,11 @@ import (
 )
 
 // vmHWM returns the peak resident set size of this process (Linux /proc/self/status), or -1.
-func vmHWM() int64 {
-	f, err := os.Open("/proc/self/status")
+func vmHWM() int64 { return procHWM("/proc/self/status") }
+
+// procHWM reads VmHWM (bytes) from a /proc/PID/status file; -1 when it cannot.
+func procHWM(status string) int64 {
+	f, err := os.Open(status)
 	if err != nil {
 		return -1
 	}
