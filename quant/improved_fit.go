@@ -12,7 +12,10 @@ package quant
 //            sign convention). Grid of candidates, then alternating 2-variable
 //            least squares / re-rounding and coordinate descent on the codes.
 
-import "math"
+import (
+	"math"
+	"slices"
+)
 
 // levelSet describes the representable code values of a symmetric format.
 type levelSet struct {
@@ -429,12 +432,13 @@ func asymFit(x, w []float32, nmax int32, nonPos bool, tc []float32, codes, tmp [
 		}
 	}
 	err = math.Inf(1)
+	var memo refineMemo
 	for k := 0; k < fitTop && !math.IsInf(topE[k], 1); k++ {
 		id := topT[k] / rng
 		for i, v := range x {
 			tmp[i] = clampI(nearestInt((v-mn)*id), 0, nmax)
 		}
-		s, dd, mm, e := asymRefine(x, w, nmax, nonPos, tmp)
+		s, dd, mm, e := asymRefine(x, w, nmax, nonPos, tmp, &memo)
 		if e < err {
 			err, d, m, st = e, dd, mm, s
 			copy(codes, tmp)
@@ -450,11 +454,45 @@ func asymFit(x, w []float32, nmax int32, nonPos bool, tc []float32, codes, tmp [
 	return d, m, err, st
 }
 
+// refineMemo remembers, for the candidates of one asymFit call, the codes each refinement
+// had after its first re-rounding loop and where it ended. From that point asymRefine is a
+// function of the codes alone (its statistics, d, m and error are recomputed from them), so
+// a later candidate whose re-rounding reaches the same codes ends in the same place: its
+// result is copied instead of recomputed, which changes no output bit. Nearby scale
+// candidates often converge to the same codes.
+type refineMemo struct {
+	n    int
+	key  [fitTop][memoMaxLen]int32
+	out  [fitTop][memoMaxLen]int32
+	st   [fitTop]asymStats
+	d, m [fitTop]float64
+	err  [fitTop]float64
+}
+
+// memoMaxLen is the longest group asymRefine memoises (K-quant sub-blocks and 32-weight
+// blocks are at most 32).
+const memoMaxLen = 32
+
+// find returns the index of the entry whose key equals q, or -1.
+func (r *refineMemo) find(q []int32) int {
+	for k := 0; k < r.n; k++ {
+		if slices.Equal(r.key[k][:len(q)], q) {
+			return k
+		}
+	}
+	return -1
+}
+
 // asymRefine improves codes in place (alternating least squares / re-rounding, then
-// coordinate descent on single codes with d and m re-solved exactly).
-func asymRefine(x, w []float32, nmax int32, nonPos bool, q []int32) (st asymStats, d, m, err float64) {
+// coordinate descent on single codes with d and m re-solved exactly). memo, when not nil,
+// is shared by the refinements of one group (see refineMemo).
+func asymRefine(x, w []float32, nmax int32, nonPos bool, q []int32, memo *refineMemo) (st asymStats, d, m, err float64) {
+	if memo != nil && (len(q) > memoMaxLen || memo.n == fitTop) {
+		memo = nil
+	}
 	st = asymStatsOf(x, w, q)
 	d, m, err = st.solve(nonPos)
+	slot := -1
 	for round := 0; round < refineRounds; round++ {
 		for it := 0; it < lloydIters && d > 0; it++ {
 			id := float32(1 / d)
@@ -472,6 +510,16 @@ func asymRefine(x, w []float32, nmax int32, nonPos bool, q []int32) (st asymStat
 			}
 			st = asymStatsOf(x, w, q)
 			d, m, err = st.solve(nonPos)
+		}
+		if round == 0 && memo != nil {
+			// here st, d, m and err are those of q, so the rest depends on q alone
+			if k := memo.find(q); k >= 0 {
+				copy(q, memo.out[k][:len(q)])
+				return memo.st[k], memo.d[k], memo.m[k], memo.err[k]
+			}
+			slot = memo.n
+			memo.n++
+			copy(memo.key[slot][:], q)
 		}
 		moved := false
 		for sweep := 0; sweep < descentSweeps; sweep++ {
@@ -515,6 +563,10 @@ func asymRefine(x, w []float32, nmax int32, nonPos bool, q []int32) (st asymStat
 		}
 		st = asymStatsOf(x, w, q)
 		d, m, err = st.solve(nonPos)
+	}
+	if slot >= 0 {
+		copy(memo.out[slot][:], q)
+		memo.st[slot], memo.d[slot], memo.m[slot], memo.err[slot] = st, d, m, err
 	}
 	return
 }

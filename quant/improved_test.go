@@ -3,6 +3,8 @@ package quant
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -91,5 +93,66 @@ func mustDeq(t testing.TB, typ gguf.GGMLType, y []float32, q []byte) {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 			t.Fatalf("%v: non-finite dequantized value at %d", typ, i)
 		}
+	}
+}
+
+// TestAsymRefineMemoExact: asymRefine with a shared refineMemo returns, for every candidate
+// start of a group, exactly what it returns without one (codes, statistics, d, m, error
+// bit for bit), and the memo does answer some of them, on Gaussian, heavy-tailed and
+// outlier groups of 16 and 32 weights for the 2-, 4- and 5-bit code ranges.
+func TestAsymRefineMemoExact(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 9))
+	hits, calls := 0, 0
+	for g := 0; g < 3000; g++ {
+		n := []int{16, 32}[g%2]
+		nmax := []int32{3, 15, 31}[g%3]
+		nonPos := g%5 != 0
+		x := make([]float32, n)
+		w := make([]float32, n)
+		for i := range x {
+			v := r.NormFloat64()
+			switch g % 4 {
+			case 1:
+				v /= math.Max(0.05, math.Abs(r.NormFloat64())) // heavy tails
+			case 2:
+				if i == g%n {
+					v *= 25 // one outlier
+				}
+			}
+			x[i] = float32(v * 0.02)
+			w[i] = float32(math.Exp(r.NormFloat64()))
+			if g%7 == 0 && i%5 == 0 {
+				w[i] = 0
+			}
+		}
+		mn, mx := slices.Min(x), slices.Max(x)
+		if nonPos && mn > 0 {
+			mn = 0
+		}
+		var memo refineMemo
+		for k, t0 := range tcFor(nmax)[:fitTop] {
+			id := (t0 + float32(k%2)*0.37) / (mx - mn)
+			start := make([]int32, n)
+			for i, v := range x {
+				start[i] = clampI(nearestInt((v-mn)*id), 0, nmax)
+			}
+			q0, q1 := slices.Clone(start), slices.Clone(start)
+			st0, d0, m0, e0 := asymRefine(x, w, nmax, nonPos, q0, nil)
+			before := memo.n
+			st1, d1, m1, e1 := asymRefine(x, w, nmax, nonPos, q1, &memo)
+			calls++
+			if memo.n == before {
+				hits++
+			}
+			if !slices.Equal(q0, q1) || st0 != st1 || math.Float64bits(d0) != math.Float64bits(d1) ||
+				math.Float64bits(m0) != math.Float64bits(m1) || math.Float64bits(e0) != math.Float64bits(e1) {
+				t.Fatalf("group %d candidate %d: memo changed the result: codes %v / %v, d %v / %v, m %v / %v, err %v / %v",
+					g, k, q0, q1, d0, d1, m0, m1, e0, e1)
+			}
+		}
+	}
+	t.Logf("%d of %d refinements answered by the memo", hits, calls)
+	if hits == 0 {
+		t.Fatal("the memo never answered: the test does not exercise it")
 	}
 }
