@@ -175,12 +175,13 @@ func symFit(x, w []float32, ls *levelSet, codes, tmp []int32) (d, B float64) {
 		}
 	}
 	best := -1.0
+	var memo refineMemo
 	for k := 0; k < fitTop && topS[k] >= 0; k++ {
 		id := topT[k] / max
 		for i, v := range x {
 			tmp[i] = ls.nearest(v * id)
 		}
-		s, dd, bb := symRefine(x, w, ls, tmp)
+		s, dd, bb := symRefine(x, w, ls, tmp, &memo)
 		if s > best {
 			best, d, B = s, dd, bb
 			copy(codes, tmp)
@@ -236,12 +237,21 @@ func symStats(x, w []float32, ls *levelSet, q []int32) (A, B float64) {
 }
 
 // symRefine improves codes q in place by alternating refits and coordinate descent
-// and returns the score A²/B, the scale A/B and B.
-func symRefine(x, w []float32, ls *levelSet, q []int32) (score, d, B float64) {
+// and returns the score A²/B, the scale A/B and B. memo, when not nil, is shared by the
+// refinements of one group (see refineMemo).
+func symRefine(x, w []float32, ls *levelSet, q []int32, memo *refineMemo) (score, d, B float64) {
+	memo = memo.usable(len(q))
 	A, B := symStats(x, w, ls, q)
 	if B <= 0 {
 		return -1, 0, 0
 	}
+	slot := -1
+	defer func() {
+		if slot >= 0 {
+			copy(memo.out[slot][:], q)
+			memo.res[slot] = [3]float64{score, d, B}
+		}
+	}()
 	lo, hi := ls.lo(), ls.hi()
 	for round := 0; round < refineRounds; round++ {
 		// Lloyd: refit d, re-round codes.
@@ -272,6 +282,14 @@ func symRefine(x, w []float32, ls *levelSet, q []int32) (score, d, B float64) {
 		A, B = symStats(x, w, ls, q)
 		if B <= 0 {
 			return -1, 0, 0
+		}
+		if round == 0 && memo != nil {
+			// A and B are those of q, so the rest depends on q alone
+			k, hit := memo.lookup(q)
+			if hit {
+				return memo.res[k][0], memo.res[k][1], memo.res[k][2]
+			}
+			slot = k
 		}
 		// Exact coordinate descent: move single codes to a neighbouring level when the
 		// best-scale score A²/B improves.
@@ -454,24 +472,31 @@ func asymFit(x, w []float32, nmax int32, nonPos bool, tc []float32, codes, tmp [
 	return d, m, err, st
 }
 
-// refineMemo remembers, for the candidates of one asymFit call, the codes each refinement
-// had after its first re-rounding loop and where it ended. From that point asymRefine is a
-// function of the codes alone (its statistics, d, m and error are recomputed from them), so
-// a later candidate whose re-rounding reaches the same codes ends in the same place: its
-// result is copied instead of recomputed, which changes no output bit. Nearby scale
-// candidates often converge to the same codes.
+// refineMemo remembers, for the candidates of one asymFit or symFit call, the codes each
+// refinement had after its first re-rounding loop and where it ended. From that point
+// asymRefine and symRefine are functions of the codes alone (they recompute their sums from
+// them), so a later candidate whose re-rounding reaches the same codes ends in the same
+// place: its result is copied instead of recomputed, which changes no output bit. Nearby
+// scale candidates often converge to the same codes.
 type refineMemo struct {
-	n    int
-	key  [fitTop][memoMaxLen]int32
-	out  [fitTop][memoMaxLen]int32
-	st   [fitTop]asymStats
-	d, m [fitTop]float64
-	err  [fitTop]float64
+	n   int
+	key [fitTop][memoMaxLen]int32
+	out [fitTop][memoMaxLen]int32
+	st  [fitTop]asymStats  // asymRefine's statistics
+	res [fitTop][3]float64 // asymRefine: d, m, err; symRefine: score, d, B
 }
 
-// memoMaxLen is the longest group asymRefine memoises (K-quant sub-blocks and 32-weight
+// memoMaxLen is the longest group the refinements memoise (K-quant sub-blocks and 32-weight
 // blocks are at most 32).
 const memoMaxLen = 32
+
+// usable returns memo, or nil when it cannot take a refinement of n codes.
+func (r *refineMemo) usable(n int) *refineMemo {
+	if r == nil || n > memoMaxLen || r.n == fitTop {
+		return nil
+	}
+	return r
+}
 
 // find returns the index of the entry whose key equals q, or -1.
 func (r *refineMemo) find(q []int32) int {
@@ -483,13 +508,24 @@ func (r *refineMemo) find(q []int32) int {
 	return -1
 }
 
+// lookup answers a refinement at its memo point: true with q set to the remembered final
+// codes and k the entry; otherwise false with a new entry k keyed by q.
+func (r *refineMemo) lookup(q []int32) (k int, hit bool) {
+	if k = r.find(q); k >= 0 {
+		copy(q, r.out[k][:len(q)])
+		return k, true
+	}
+	k = r.n
+	r.n++
+	copy(r.key[k][:], q)
+	return k, false
+}
+
 // asymRefine improves codes in place (alternating least squares / re-rounding, then
 // coordinate descent on single codes with d and m re-solved exactly). memo, when not nil,
 // is shared by the refinements of one group (see refineMemo).
 func asymRefine(x, w []float32, nmax int32, nonPos bool, q []int32, memo *refineMemo) (st asymStats, d, m, err float64) {
-	if memo != nil && (len(q) > memoMaxLen || memo.n == fitTop) {
-		memo = nil
-	}
+	memo = memo.usable(len(q))
 	st = asymStatsOf(x, w, q)
 	d, m, err = st.solve(nonPos)
 	slot := -1
@@ -513,13 +549,11 @@ func asymRefine(x, w []float32, nmax int32, nonPos bool, q []int32, memo *refine
 		}
 		if round == 0 && memo != nil {
 			// here st, d, m and err are those of q, so the rest depends on q alone
-			if k := memo.find(q); k >= 0 {
-				copy(q, memo.out[k][:len(q)])
-				return memo.st[k], memo.d[k], memo.m[k], memo.err[k]
+			k, hit := memo.lookup(q)
+			if hit {
+				return memo.st[k], memo.res[k][0], memo.res[k][1], memo.res[k][2]
 			}
-			slot = memo.n
-			memo.n++
-			copy(memo.key[slot][:], q)
+			slot = k
 		}
 		moved := false
 		for sweep := 0; sweep < descentSweeps; sweep++ {
@@ -566,7 +600,7 @@ func asymRefine(x, w []float32, nmax int32, nonPos bool, q []int32, memo *refine
 	}
 	if slot >= 0 {
 		copy(memo.out[slot][:], q)
-		memo.st[slot], memo.d[slot], memo.m[slot], memo.err[slot] = st, d, m, err
+		memo.st[slot], memo.res[slot] = st, [3]float64{d, m, err}
 	}
 	return
 }

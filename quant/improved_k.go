@@ -117,11 +117,15 @@ func encAsymK(blk []byte, x, wt, wf []float32, s *impScratch, sp *kAsymSpec) {
 		best := proxy(D, Dm)
 		for k := 0; k < 16; k++ {
 			if pass%2 == 0 {
-				if c := f16Grid(smaxV, sp.smax, k); proxy(c, Dm) < best {
-					best, D = proxy(c, Dm), c
+				if c := f16Grid(smaxV, sp.smax, k); c != D {
+					if e := proxy(c, Dm); e < best {
+						best, D = e, c
+					}
 				}
-			} else if c := f16Grid(mmaxV, sp.smax, k); proxy(D, c) < best {
-				best, Dm = proxy(D, c), c
+			} else if c := f16Grid(mmaxV, sp.smax, k); c != Dm {
+				if e := proxy(D, c); e < best {
+					best, Dm = e, c
+				}
 			}
 		}
 	}

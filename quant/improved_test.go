@@ -156,3 +156,59 @@ func TestAsymRefineMemoExact(t *testing.T) {
 		t.Fatal("the memo never answered: the test does not exercise it")
 	}
 }
+
+// TestSymRefineMemoExact is TestAsymRefineMemoExact for the symmetric refinement (symRefine)
+// over every level set: integer grids of 3 to 8 bits and the IQ4 codebook.
+func TestSymRefineMemoExact(t *testing.T) {
+	r := rand.New(rand.NewPCG(6, 10))
+	sets := []*levelSet{levelsQ4_0, levelsQ5_0, levelsQ8_0, levelsQ3_K, levelsQ6_K, levelsIQ4}
+	hits, calls := 0, 0
+	for g := 0; g < 3000; g++ {
+		n := []int{16, 32}[g%2]
+		ls := sets[g%len(sets)]
+		x := make([]float32, n)
+		w := make([]float32, n)
+		for i := range x {
+			v := r.NormFloat64()
+			switch g % 4 {
+			case 1:
+				v /= math.Max(0.05, math.Abs(r.NormFloat64()))
+			case 2:
+				if i == g%n {
+					v *= 25
+				}
+			}
+			x[i] = float32(v * 0.02)
+			w[i] = float32(math.Exp(r.NormFloat64()))
+			if g%7 == 0 && i%5 == 0 {
+				w[i] = 0
+			}
+		}
+		mx, _ := signedMax(x)
+		var memo refineMemo
+		for k := 0; k < fitTop; k++ {
+			id := ls.tc[(k*len(ls.tc))/(2*fitTop)] / mx
+			start := make([]int32, n)
+			for i, v := range x {
+				start[i] = ls.nearest(v * id)
+			}
+			q0, q1 := slices.Clone(start), slices.Clone(start)
+			s0, d0, b0 := symRefine(x, w, ls, q0, nil)
+			before := memo.n
+			s1, d1, b1 := symRefine(x, w, ls, q1, &memo)
+			calls++
+			if memo.n == before {
+				hits++
+			}
+			if !slices.Equal(q0, q1) || math.Float64bits(s0) != math.Float64bits(s1) ||
+				math.Float64bits(d0) != math.Float64bits(d1) || math.Float64bits(b0) != math.Float64bits(b1) {
+				t.Fatalf("group %d candidate %d: memo changed the result: codes %v / %v, score %v / %v, d %v / %v, B %v / %v",
+					g, k, q0, q1, s0, s1, d0, d1, b0, b1)
+			}
+		}
+	}
+	t.Logf("%d of %d refinements answered by the memo", hits, calls)
+	if hits == 0 {
+		t.Fatal("the memo never answered: the test does not exercise it")
+	}
+}
