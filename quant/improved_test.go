@@ -96,35 +96,61 @@ func mustDeq(t testing.TB, typ gguf.GGMLType, y []float32, q []byte) {
 	}
 }
 
+// memoGroup returns group g of the refinement-memo tests: 16 or 32 weights, Gaussian,
+// heavy-tailed (g%4 == 1) or with one outlier (g%4 == 2), log-normal importances with some
+// zeros (g%7 == 0).
+func memoGroup(r *rand.Rand, g int) (x, w []float32) {
+	n := []int{16, 32}[g%2]
+	x, w = make([]float32, n), make([]float32, n)
+	for i := range x {
+		v := r.NormFloat64()
+		switch g % 4 {
+		case 1:
+			v /= math.Max(0.05, math.Abs(r.NormFloat64())) // heavy tails
+		case 2:
+			if i == g%n {
+				v *= 25 // one outlier
+			}
+		}
+		x[i] = float32(v * 0.02)
+		w[i] = float32(math.Exp(r.NormFloat64()))
+		if g%7 == 0 && i%5 == 0 {
+			w[i] = 0
+		}
+	}
+	return x, w
+}
+
+// checkMemo runs a refinement from start once without and once with memo, fails the test
+// on any difference in the final codes or the returned values (bit for bit), and reports
+// whether the memo answered.
+func checkMemo(t *testing.T, g, k int, start []int32, memo *refineMemo, run func(q []int32, memo *refineMemo) []float64) bool {
+	t.Helper()
+	q0, q1 := slices.Clone(start), slices.Clone(start)
+	r0 := run(q0, nil)
+	before := memo.n
+	r1 := run(q1, memo)
+	same := slices.Equal(q0, q1)
+	for i := range r0 {
+		same = same && math.Float64bits(r0[i]) == math.Float64bits(r1[i])
+	}
+	if !same {
+		t.Fatalf("group %d candidate %d: memo changed the result: codes %v / %v, values %v / %v", g, k, q0, q1, r0, r1)
+	}
+	return memo.n == before
+}
+
 // TestAsymRefineMemoExact: asymRefine with a shared refineMemo returns, for every candidate
 // start of a group, exactly what it returns without one (codes, statistics, d, m, error
-// bit for bit), and the memo does answer some of them, on Gaussian, heavy-tailed and
-// outlier groups of 16 and 32 weights for the 2-, 4- and 5-bit code ranges.
+// bit for bit), and the memo does answer some of them, on memoGroup's groups for the 2-,
+// 4- and 5-bit code ranges.
 func TestAsymRefineMemoExact(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 9))
 	hits, calls := 0, 0
 	for g := 0; g < 3000; g++ {
-		n := []int{16, 32}[g%2]
+		x, w := memoGroup(r, g)
 		nmax := []int32{3, 15, 31}[g%3]
 		nonPos := g%5 != 0
-		x := make([]float32, n)
-		w := make([]float32, n)
-		for i := range x {
-			v := r.NormFloat64()
-			switch g % 4 {
-			case 1:
-				v /= math.Max(0.05, math.Abs(r.NormFloat64())) // heavy tails
-			case 2:
-				if i == g%n {
-					v *= 25 // one outlier
-				}
-			}
-			x[i] = float32(v * 0.02)
-			w[i] = float32(math.Exp(r.NormFloat64()))
-			if g%7 == 0 && i%5 == 0 {
-				w[i] = 0
-			}
-		}
 		mn, mx := slices.Min(x), slices.Max(x)
 		if nonPos && mn > 0 {
 			mn = 0
@@ -132,22 +158,16 @@ func TestAsymRefineMemoExact(t *testing.T) {
 		var memo refineMemo
 		for k, t0 := range tcFor(nmax)[:fitTop] {
 			id := (t0 + float32(k%2)*0.37) / (mx - mn)
-			start := make([]int32, n)
+			start := make([]int32, len(x))
 			for i, v := range x {
 				start[i] = clampI(nearestInt((v-mn)*id), 0, nmax)
 			}
-			q0, q1 := slices.Clone(start), slices.Clone(start)
-			st0, d0, m0, e0 := asymRefine(x, w, nmax, nonPos, q0, nil)
-			before := memo.n
-			st1, d1, m1, e1 := asymRefine(x, w, nmax, nonPos, q1, &memo)
 			calls++
-			if memo.n == before {
+			if checkMemo(t, g, k, start, &memo, func(q []int32, memo *refineMemo) []float64 {
+				st, d, m, e := asymRefine(x, w, nmax, nonPos, q, memo)
+				return []float64{st.sw, st.sq, st.sqq, st.sx, st.sqx, st.sxx, d, m, e}
+			}) {
 				hits++
-			}
-			if !slices.Equal(q0, q1) || st0 != st1 || math.Float64bits(d0) != math.Float64bits(d1) ||
-				math.Float64bits(m0) != math.Float64bits(m1) || math.Float64bits(e0) != math.Float64bits(e1) {
-				t.Fatalf("group %d candidate %d: memo changed the result: codes %v / %v, d %v / %v, m %v / %v, err %v / %v",
-					g, k, q0, q1, d0, d1, m0, m1, e0, e1)
 			}
 		}
 	}
@@ -164,46 +184,22 @@ func TestSymRefineMemoExact(t *testing.T) {
 	sets := []*levelSet{levelsQ4_0, levelsQ5_0, levelsQ8_0, levelsQ3_K, levelsQ6_K, levelsIQ4}
 	hits, calls := 0, 0
 	for g := 0; g < 3000; g++ {
-		n := []int{16, 32}[g%2]
+		x, w := memoGroup(r, g)
 		ls := sets[g%len(sets)]
-		x := make([]float32, n)
-		w := make([]float32, n)
-		for i := range x {
-			v := r.NormFloat64()
-			switch g % 4 {
-			case 1:
-				v /= math.Max(0.05, math.Abs(r.NormFloat64()))
-			case 2:
-				if i == g%n {
-					v *= 25
-				}
-			}
-			x[i] = float32(v * 0.02)
-			w[i] = float32(math.Exp(r.NormFloat64()))
-			if g%7 == 0 && i%5 == 0 {
-				w[i] = 0
-			}
-		}
 		mx, _ := signedMax(x)
 		var memo refineMemo
 		for k := 0; k < fitTop; k++ {
 			id := ls.tc[(k*len(ls.tc))/(2*fitTop)] / mx
-			start := make([]int32, n)
+			start := make([]int32, len(x))
 			for i, v := range x {
 				start[i] = ls.nearest(v * id)
 			}
-			q0, q1 := slices.Clone(start), slices.Clone(start)
-			s0, d0, b0 := symRefine(x, w, ls, q0, nil)
-			before := memo.n
-			s1, d1, b1 := symRefine(x, w, ls, q1, &memo)
 			calls++
-			if memo.n == before {
+			if checkMemo(t, g, k, start, &memo, func(q []int32, memo *refineMemo) []float64 {
+				s, d, b := symRefine(x, w, ls, q, memo)
+				return []float64{s, d, b}
+			}) {
 				hits++
-			}
-			if !slices.Equal(q0, q1) || math.Float64bits(s0) != math.Float64bits(s1) ||
-				math.Float64bits(d0) != math.Float64bits(d1) || math.Float64bits(b0) != math.Float64bits(b1) {
-				t.Fatalf("group %d candidate %d: memo changed the result: codes %v / %v, score %v / %v, d %v / %v, B %v / %v",
-					g, k, q0, q1, s0, s1, d0, d1, b0, b1)
 			}
 		}
 	}
