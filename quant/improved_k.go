@@ -15,6 +15,7 @@ package quant
 
 import (
 	"math"
+	"slices"
 
 	"github.com/tq-project/tq/gguf"
 )
@@ -188,11 +189,18 @@ func refineAsymK(x, wt []float32, s *impScratch, sp *kAsymSpec, D, Dm *float32) 
 			if *Dm > 0 {
 				bc[1], bc[2] = floorCeil(-mo/float64(*Dm), 0, sp.smax)
 			}
+			// A pair tried before in this loop, or the pair it started from, is skipped: its
+			// error is the same as then, and the current error is at most that.
+			var tried [10][2]int32
+			tried[0] = [2]int32{s.a[j], s.b[j]}
+			nt := 1
 			for _, ca := range ac {
 				for _, cb := range bc {
-					if ca == s.a[j] && cb == s.b[j] {
+					if ca == s.a[j] && cb == s.b[j] || slices.Contains(tried[:nt], [2]int32{ca, cb}) {
 						continue
 					}
+					tried[nt] = [2]int32{ca, cb}
+					nt++
 					e := asymSubEval(xs, ws, *D, *Dm, ca, cb, sp.nmax, s.ctry[:sub])
 					if e < s.subErr[j] {
 						total += e - s.subErr[j]
@@ -232,6 +240,10 @@ func refineAsymK(x, wt []float32, s *impScratch, sp *kAsymSpec, D, Dm *float32) 
 					cd, cm := fp16Table[hd], fp16Table[hm]
 					var e float64
 					for j := 0; j < n && e < bestE; j++ {
+						if cd == *D && cm == *Dm {
+							e += s.subErr[j] // what asymSubEval returns for the current scales
+							continue
+						}
 						r := j * sub
 						e += asymSubEval(x[r:r+sub], wt[r:r+sub], cd, cm, s.a[j], s.b[j], sp.nmax, s.ctry[:sub])
 					}
