@@ -32,8 +32,10 @@ flags=$(grep -m1 '^flags' /proc/cpuinfo | sed 's/^flags[[:space:]]*:[[:space:]]*
 # its AMX CPU variant), so on a CPU with AMX the baseline is built without it: -march=native
 # minus the AMX extensions, i.e. ggml's AVX-512/VNNI/BF16 kernels. TQ_LLAMACPP_AMX=1 keeps AMX.
 xflags=""
+xdefs=()
 if grep -m1 '^flags' /proc/cpuinfo | grep -qw amx_int8 && [ "${TQ_LLAMACPP_AMX:-0}" != 1 ]; then
   xflags="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+  xdefs=("-DCMAKE_C_FLAGS=$xflags" "-DCMAKE_CXX_FLAGS=$xflags")
 fi
 stamp="commit $commit cxx $(c++ --version | head -1) cpuflags $flags xflags $xflags"
 bins=(llama-bench llama-quantize llama-imatrix llama-perplexity)
@@ -54,7 +56,7 @@ if command -v ninja >/dev/null; then gen=(-G Ninja); fi
 {
   cmake -S "$out/src" -B "$out/cmake" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
-    -DBUILD_SHARED_LIBS=OFF "-DCMAKE_C_FLAGS=$xflags" "-DCMAKE_CXX_FLAGS=$xflags"
+    -DBUILD_SHARED_LIBS=OFF "${xdefs[@]}"
   cmake --build "$out/cmake" --config Release -j "$(nproc)" --target "${bins[@]}"
 } >"$out/build.log" 2>&1 || {
   tail -30 "$out/build.log" >&2
