@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -263,9 +264,20 @@ func BenchmarkVsNativeLlamaCpp(b *testing.B) {
 				for r := 0; r < rounds; r++ {
 					cmd := exec.Command(filepath.Join(bin, "llama-bench"), "-m", path, "-p", "128,512", "-n", strconv.Itoa(nGen),
 						"-t", strconv.Itoa(threads), "-r", "3", "-o", "json")
+					var stderr strings.Builder
+					cmd.Stderr = &stderr
 					out, err := cmd.Output()
 					if err != nil {
-						b.Fatalf("llama-bench: %v", err)
+						tail := stderr.String()
+						if len(tail) > 2000 {
+							tail = tail[len(tail)-2000:]
+						}
+						hint := ""
+						if strings.Contains(err.Error(), "signal") {
+							hint = " (on a CPU with AMX, ggml's AMX matmul crashes on quantized models, llama.cpp issue " +
+								"#20824: scripts/llamacpp-native.sh builds the baseline without it)"
+						}
+						b.Fatalf("llama-bench on %s: %v%s\n%s", path, err, hint, tail)
 					}
 					var rows []llamaBenchResult
 					if err := json.Unmarshal(out, &rows); err != nil {
