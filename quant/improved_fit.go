@@ -422,8 +422,49 @@ func asymFit(x, w []float32, nmax int32, nonPos bool, tc []float32, codes, tmp [
 		base.sxx += wi * xv * xv
 	}
 	fmax := float32(nmax)
-	for _, t := range tc {
-		id := t / rng
+	// The candidates' float32 sums, two candidates per pass over x: each candidate's sums
+	// take the same operations in the same order as a pass of its own (so the same bits),
+	// but the two independent chains overlap instead of waiting on each other.
+	var sums [3][]float32
+	var sbuf [3][32]float32
+	for j := range sums {
+		sums[j] = sbuf[j][:0]
+		if len(tc) > 32 {
+			sums[j] = make([]float32, 0, len(tc))
+		}
+	}
+	c := 0
+	for ; c+2 <= len(tc); c += 2 {
+		id0, id1 := tc[c]/rng, tc[c+1]/rng
+		var sq0, sqq0, sqx0, sq1, sqq1, sqx1 float32
+		for i, v := range x {
+			wi, d := w[i], v-mn
+			q0 := float32(nearestInt(d * id0))
+			if q0 < 0 {
+				q0 = 0
+			} else if q0 > fmax {
+				q0 = fmax
+			}
+			q1 := float32(nearestInt(d * id1))
+			if q1 < 0 {
+				q1 = 0
+			} else if q1 > fmax {
+				q1 = fmax
+			}
+			wq0, wq1 := wi*q0, wi*q1
+			sq0 += wq0
+			sqq0 += wq0 * q0
+			sqx0 += wq0 * v
+			sq1 += wq1
+			sqq1 += wq1 * q1
+			sqx1 += wq1 * v
+		}
+		sums[0] = append(sums[0], sq0, sq1)
+		sums[1] = append(sums[1], sqq0, sqq1)
+		sums[2] = append(sums[2], sqx0, sqx1)
+	}
+	for ; c < len(tc); c++ {
+		id := tc[c] / rng
 		var sq, sqq, sqx float32
 		for i, v := range x {
 			q := float32(nearestInt((v - mn) * id))
@@ -437,8 +478,13 @@ func asymFit(x, w []float32, nmax int32, nonPos bool, tc []float32, codes, tmp [
 			sqq += wq * q
 			sqx += wq * v
 		}
+		sums[0] = append(sums[0], sq)
+		sums[1] = append(sums[1], sqq)
+		sums[2] = append(sums[2], sqx)
+	}
+	for c, t := range tc {
 		s := base
-		s.sq, s.sqq, s.sqx = float64(sq), float64(sqq), float64(sqx)
+		s.sq, s.sqq, s.sqx = float64(sums[0][c]), float64(sums[1][c]), float64(sums[2][c])
 		_, _, e := s.solve(nonPos)
 		for k := 0; k < fitTop; k++ {
 			if e < topE[k] {
