@@ -6,8 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/tq-project/tq/internal/fixtures"
 )
 
 // convert --calibration DIR takes tq calibrate's folder whole: the policy for turboquant, the
@@ -15,10 +13,7 @@ import (
 // error-compensating search.
 func TestConvertWithCalibrationDir(t *testing.T) {
 	dir := t.TempDir()
-	hfDir := filepath.Join(dir, "hf")
-	if err := fixtures.Generate(hfDir, fixtures.Preset("qwen3")); err != nil {
-		t.Fatal(err)
-	}
+	hfDir := hfFixture(t, dir, "qwen3")
 	cal := filepath.Join(dir, "cal")
 	prompts := filepath.Join(dir, "prompts.txt")
 	if err := os.WriteFile(prompts, []byte("The history of printing begins with seals and stamps.\n\nA river carries silt to the sea, and the delta grows.\n"), 0o644); err != nil {

@@ -4,18 +4,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/tq-project/tq/internal/fixtures"
 )
 
 // TestTurboRefusesPresetFlags: the flags that adjust a preset's mixture are refused with
 // --use-turboquant instead of being ignored, and nothing is written.
 func TestTurboRefusesPresetFlags(t *testing.T) {
 	dir := t.TempDir()
-	hf := filepath.Join(dir, "hf")
-	if err := fixtures.Generate(hf, fixtures.Preset("qwen3")); err != nil {
-		t.Fatal(err)
-	}
+	hf := hfFixture(t, dir, "qwen3")
 	out := filepath.Join(dir, "out.gguf")
 	for _, extra := range [][]string{
 		{"--tensor-type", `attn_v=q8_0`},

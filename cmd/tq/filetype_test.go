@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/tq-project/tq/gguf"
-	"github.com/tq-project/tq/internal/fixtures"
 )
 
 // TestConvertSummaryShowsMix converts with --target-bpw 5: the summary must not call the
@@ -17,10 +16,7 @@ import (
 // quantized type holding the most weights.
 func TestConvertSummaryShowsMix(t *testing.T) {
 	dir := t.TempDir()
-	hfDir := filepath.Join(dir, "hf")
-	if err := fixtures.Generate(hfDir, fixtures.Preset("qwen3")); err != nil {
-		t.Fatal(err)
-	}
+	hfDir := hfFixture(t, dir, "qwen3")
 	model := filepath.Join(dir, "m.gguf")
 	out := tqCmd(t, "convert", hfDir, "--target-bpw", "5", "-o", model)
 	if strings.Contains(out, "file type BF16") || strings.Contains(out, "file type F16") || !strings.Contains(out, "file type Q") {

@@ -7,8 +7,6 @@ import (
 	"testing"
 
 	"github.com/tq-project/tq/internal/llamacppref"
-
-	"github.com/tq-project/tq/internal/fixtures"
 )
 
 // tqCmd runs the tq command line in-process and returns stdout.
@@ -25,10 +23,7 @@ func tqCmd(t *testing.T, args ...string) string {
 // the file, run it greedily twice (same text both times), and plan it for a small GPU.
 func TestPipelineCLI(t *testing.T) {
 	dir := t.TempDir()
-	hfDir := filepath.Join(dir, "hf")
-	if err := fixtures.Generate(hfDir, fixtures.Preset("qwen3")); err != nil {
-		t.Fatal(err)
-	}
+	hfDir := hfFixture(t, dir, "qwen3")
 	model := filepath.Join(dir, "m-q8_0.gguf")
 	tqCmd(t, "convert", hfDir, "--outtype", "q8_0", "-o", model)
 

@@ -23,10 +23,7 @@ import (
 // reference, and a model with tied embeddings is refused with the reason.
 func TestConvertRotate(t *testing.T) {
 	dir := t.TempDir()
-	hfDir := filepath.Join(dir, "hf")
-	if err := fixtures.Generate(hfDir, fixtures.Preset("qwen3moe")); err != nil {
-		t.Fatal(err)
-	}
+	hfDir := hfFixture(t, dir, "qwen3moe")
 	plain, rot := filepath.Join(dir, "plain.gguf"), filepath.Join(dir, "rot.gguf")
 	tqCmd(t, "convert", hfDir, "--outtype", "f32", "-o", plain, "--no-manifest")
 	tqCmd(t, "convert", hfDir, "--outtype", "f32", "--rotate", "-o", rot, "--no-manifest")

@@ -16,6 +16,17 @@ import (
 	"github.com/tq-project/tq/internal/fixtures"
 )
 
+// hfFixture generates the fixtures preset (qwen3, qwen3moe, ...) as a Hugging Face folder
+// dir/hf and returns its path.
+func hfFixture(t *testing.T, dir, preset string) string {
+	t.Helper()
+	hf := filepath.Join(dir, "hf")
+	if err := fixtures.Generate(hf, fixtures.Preset(preset)); err != nil {
+		t.Fatal(err)
+	}
+	return hf
+}
+
 // tqRun runs the tq command line in-process and returns stdout, stderr and the error. Flag
 // values live in package variables and would leak from one in-process run to the next: every
 // flag of every command is put back to its default first.
@@ -90,10 +101,7 @@ func sameSums(t *testing.T, what string, before, after map[string]string) {
 // every input as it was.
 func TestOutputIsInputRefused(t *testing.T) {
 	dir := t.TempDir()
-	hfDir := filepath.Join(dir, "hf")
-	if err := fixtures.Generate(hfDir, fixtures.Preset("qwen3")); err != nil {
-		t.Fatal(err)
-	}
+	hfDir := hfFixture(t, dir, "qwen3")
 	model := filepath.Join(dir, "m.gguf")
 	tqCmd(t, "convert", hfDir, "--outtype", "q8_0", "-o", model)
 	os.WriteFile(filepath.Join(hfDir, "imatrix.gguf"), []byte("not parsed before the check"), 0o644)
@@ -159,10 +167,7 @@ func TestOutputIsInputRefused(t *testing.T) {
 // the new shards and their manifest, and says so.
 func TestReSplitCLI(t *testing.T) {
 	dir := t.TempDir()
-	hfDir := filepath.Join(dir, "hf")
-	if err := fixtures.Generate(hfDir, fixtures.Preset("qwen3")); err != nil {
-		t.Fatal(err)
-	}
+	hfDir := hfFixture(t, dir, "qwen3")
 	outDir := filepath.Join(dir, "out")
 	os.Mkdir(outDir, 0o755)
 	out := filepath.Join(outDir, "m.gguf")

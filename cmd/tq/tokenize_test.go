@@ -12,7 +12,6 @@ import (
 
 	"github.com/tq-project/tq/internal/llamacppref"
 
-	"github.com/tq-project/tq/internal/fixtures"
 	"github.com/tq-project/tq/tokenizer/tokfile"
 )
 
@@ -60,10 +59,7 @@ func TestTokenizeGGUF(t *testing.T) {
 
 func TestTokenizeCalibrationOut(t *testing.T) {
 	dir := t.TempDir()
-	hfDir := filepath.Join(dir, "hf")
-	if err := fixtures.Generate(hfDir, fixtures.Preset("qwen3")); err != nil {
-		t.Fatal(err)
-	}
+	hfDir := hfFixture(t, dir, "qwen3")
 	out := filepath.Join(dir, "calib.tok")
 	var sum calibTokenizeSummary
 	js := tqCmd(t, "tokenize", hfDir, "--calibration-out", out, "--max-length", "1024", "--json")
@@ -105,10 +101,7 @@ func TestTokenizeCalibrationOut(t *testing.T) {
 // Control tokens are parsed by default, as llama-tokenize and transformers do;
 // --no-parse-special turns that off and the old --parse-special is still accepted.
 func TestTokenizeParsesSpecialByDefault(t *testing.T) {
-	hfDir := filepath.Join(t.TempDir(), "hf")
-	if err := fixtures.Generate(hfDir, fixtures.Preset("qwen3")); err != nil {
-		t.Fatal(err)
-	}
+	hfDir := hfFixture(t, t.TempDir(), "qwen3")
 	count := func(args ...string) string {
 		out := strings.TrimSpace(tqCmd(t, append([]string{"tokenize", hfDir, "-p", "<|im_start|>", "--show-count", "--no-special"}, args...)...))
 		return out[strings.LastIndex(out, "\n")+1:] // after cobra's deprecation notice
