@@ -422,17 +422,23 @@ func asymFit(x, w []float32, nmax int32, nonPos bool, tc []float32, codes, tmp [
 		base.sxx += wi * xv * xv
 	}
 	fmax := float32(nmax)
-	// The candidates' float32 sums, two candidates per pass over x: each candidate's sums
-	// take the same operations in the same order as a pass of its own (so the same bits),
-	// but the two independent chains overlap instead of waiting on each other.
-	var sums [3][]float32
-	var sbuf [3][32]float32
-	for j := range sums {
-		sums[j] = sbuf[j][:0]
-		if len(tc) > 32 {
-			sums[j] = make([]float32, 0, len(tc))
+	// rank solves candidate t for its float32 sums and keeps it if it is among the best.
+	rank := func(t, sq, sqq, sqx float32) {
+		s := base
+		s.sq, s.sqq, s.sqx = float64(sq), float64(sqq), float64(sqx)
+		_, _, e := s.solve(nonPos)
+		for k := 0; k < fitTop; k++ {
+			if e < topE[k] {
+				copy(topE[k+1:fitTop], topE[k:fitTop-1])
+				copy(topT[k+1:fitTop], topT[k:fitTop-1])
+				topE[k], topT[k] = e, t
+				break
+			}
 		}
 	}
+	// Two candidates per pass over x: each candidate's sums take the same operations in the
+	// same order as a pass of its own (so the same bits), but the two dependency chains
+	// overlap. They are ranked in tc's order.
 	c := 0
 	for ; c+2 <= len(tc); c += 2 {
 		id0, id1 := tc[c]/rng, tc[c+1]/rng
@@ -459,11 +465,10 @@ func asymFit(x, w []float32, nmax int32, nonPos bool, tc []float32, codes, tmp [
 			sqq1 += wq1 * q1
 			sqx1 += wq1 * v
 		}
-		sums[0] = append(sums[0], sq0, sq1)
-		sums[1] = append(sums[1], sqq0, sqq1)
-		sums[2] = append(sums[2], sqx0, sqx1)
+		rank(tc[c], sq0, sqq0, sqx0)
+		rank(tc[c+1], sq1, sqq1, sqx1)
 	}
-	for ; c < len(tc); c++ {
+	if c < len(tc) {
 		id := tc[c] / rng
 		var sq, sqq, sqx float32
 		for i, v := range x {
@@ -478,22 +483,7 @@ func asymFit(x, w []float32, nmax int32, nonPos bool, tc []float32, codes, tmp [
 			sqq += wq * q
 			sqx += wq * v
 		}
-		sums[0] = append(sums[0], sq)
-		sums[1] = append(sums[1], sqq)
-		sums[2] = append(sums[2], sqx)
-	}
-	for c, t := range tc {
-		s := base
-		s.sq, s.sqq, s.sqx = float64(sums[0][c]), float64(sums[1][c]), float64(sums[2][c])
-		_, _, e := s.solve(nonPos)
-		for k := 0; k < fitTop; k++ {
-			if e < topE[k] {
-				copy(topE[k+1:fitTop], topE[k:fitTop-1])
-				copy(topT[k+1:fitTop], topT[k:fitTop-1])
-				topE[k], topT[k] = e, t
-				break
-			}
-		}
+		rank(tc[c], sq, sqq, sqx)
 	}
 	err = math.Inf(1)
 	var memo refineMemo
