@@ -374,7 +374,7 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 				continue
 			}
 			typ, _ := sensitivityType(d.Shape[0])
-			deq, rel, err := r.roundTrip(d, lw.data[d.Name], typ, all, threads)
+			deq, rel, err := r.roundTrip(d, func(off, n int) []float32 { return lw.floats(d.Name, off, n) }, typ, all, threads)
 			if err != nil {
 				return "", err
 			}
@@ -406,14 +406,14 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 	}
 	if hasHead && r.probed(hd) {
 		typ, _ := sensitivityType(hd.Shape[0])
-		deq, rel, err := r.roundTrip(hd, head, typ, all, threads)
+		deq, rel, err := r.roundTrip(hd, sliceOf(head), typ, all, threads)
 		if err != nil {
 			return "", err
 		}
 		probes = append(probes, &sensProbe{name: headName, typ: typ, relErr: rel, head: deq})
 	} else if tiedEmbd != nil {
 		// tied embeddings: the embedding's probe also goes through the round-tripped head
-		deq, _, err := r.roundTrip(hd, head, tiedEmbd.typ, nil, threads)
+		deq, _, err := r.roundTrip(hd, sliceOf(head), tiedEmbd.typ, nil, threads)
 		if err != nil {
 			return "", err
 		}
@@ -559,16 +559,17 @@ func (r *run) embedProbe(d modelsrc.TensorDesc, seqs []Sequence, all *Stats, thr
 	return p, nil
 }
 
-// roundTrip encodes tensor d (data: all its matrices) in typ with each matrix's importance and
-// returns the reconstruction and the importance-weighted relative squared error.
-func (r *run) roundTrip(d modelsrc.TensorDesc, data []float32, typ gguf.GGMLType, all *Stats, threads int) ([]float32, float64, error) {
+// roundTrip encodes tensor d (floats(off, n) returns its elements [off, off+n) as float32, all
+// its matrices) in typ with each matrix's importance and returns the reconstruction and the
+// importance-weighted relative squared error.
+func (r *run) roundTrip(d modelsrc.TensorDesc, floats func(off, n int) []float32, typ gguf.GGMLType, all *Stats, threads int) ([]float32, float64, error) {
 	cols := int(d.Shape[0])
 	rows := int(d.Shape[1])
 	nm := 1
 	if len(d.Shape) > 2 {
 		nm = int(d.Shape[2])
 	}
-	deq := make([]float32, len(data))
+	deq := make([]float32, nm*rows*cols)
 	var buf []byte
 	var num, den float64
 	for e := 0; e < nm; e++ {
@@ -581,7 +582,7 @@ func (r *run) roundTrip(d modelsrc.TensorDesc, data []float32, typ gguf.GGMLType
 		if imp != nil && len(imp) != cols {
 			imp = nil
 		}
-		x := data[e*rows*cols : (e+1)*rows*cols]
+		x := floats(e*rows*cols, rows*cols)
 		y := deq[e*rows*cols : (e+1)*rows*cols]
 		var err error
 		if buf, err = quantizeRows(typ, sensitivityMode, x, rows, cols, imp, threads, d.Name, buf, y); err != nil {
@@ -602,6 +603,11 @@ func (r *run) roundTrip(d modelsrc.TensorDesc, data []float32, typ gguf.GGMLType
 		rel = num / den
 	}
 	return deq, rel, nil
+}
+
+// sliceOf serves roundTrip from a float32 tensor in memory.
+func sliceOf(f []float32) func(off, n int) []float32 {
+	return func(off, n int) []float32 { return f[off : off+n] }
 }
 
 // forwardAll runs the loaded block over every sampled sequence's stream.

@@ -157,11 +157,10 @@ func (r *run) layer(il int) (*stepResult, *Stats, error) {
 		if !r.searched(d.Name) {
 			continue
 		}
-		data := lw.data[d.Name]
+		name := d.Name
 		cols, rows := int(d.Shape[0]), int(d.Shape[1])
 		read := func(e, r0, n int, dst []float32) error {
-			off := (e*rows + r0) * cols
-			copy(dst, data[off:off+n*cols])
+			lw.rows(name, e*rows+r0, n, cols, dst)
 			return nil
 		}
 		ch, err := r.search(d, read, ss)
@@ -193,7 +192,7 @@ func (r *run) fillUncovered(il int, ss *Stats, lw *layerWeights, experts []int, 
 	names := [3]string{blkName(il, "ffn_gate_exps.weight"), blkName(il, "ffn_up_exps.weight"), blkName(il, "ffn_down_exps.weight")}
 	var ts [3]*TensorStats
 	for i, n := range names {
-		if lw.data[n] == nil {
+		if !lw.has(n) {
 			return 0, fmt.Errorf("calib: block %d has no %s", il, n)
 		}
 		cols := E
@@ -210,8 +209,8 @@ func (r *run) fillUncovered(il int, ss *Stats, lw *layerWeights, experts []int, 
 	g := make([]float32, S*F)
 	u := make([]float32, S*F)
 	for _, e := range experts {
-		wg := lw.data[names[0]][e*F*E : (e+1)*F*E]
-		wu := lw.data[names[1]][e*F*E : (e+1)*F*E]
+		wg := lw.floats(names[0], e*F*E, F*E)
+		wu := lw.floats(names[1], e*F*E, F*E)
 		if err := infer.ExpertActivations(x, S, E, wg, wu, F, g, u); err != nil {
 			return 0, fmt.Errorf("calib: block %d expert %d: %w", il, e, err)
 		}

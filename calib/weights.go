@@ -2,6 +2,7 @@ package calib
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"unsafe"
@@ -9,6 +10,8 @@ import (
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/infer"
 	"github.com/tq-project/tq/internal/modelsrc"
+	"github.com/tq-project/tq/quant"
+	"github.com/tq-project/tq/quant/kernels"
 )
 
 // WeightSource is what calibration reads a model through: GGUF-named float32 tensors and the
@@ -53,11 +56,13 @@ func f32Bytes(f []float32) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&f[0])), len(f)*4)
 }
 
-// layerWeights holds one block's tensors as float32.
+// layerWeights holds one block's tensors: as float32 (data) or, for matrices the checkpoint
+// stores in BF16/F16, in that type (half); tensors has every one in infer's form.
 type layerWeights struct {
 	layer   int
 	descs   []modelsrc.TensorDesc
 	data    map[string][]float32
+	half    map[string][]byte
 	bytes   int64
 	tensors map[string]*infer.Tensor
 }
@@ -76,31 +81,154 @@ func layerDescs(src WeightSource, il int) []modelsrc.TensorDesc {
 	return out
 }
 
-// layerBytes is the float32 size of block il.
+// halfType is the 16-bit type block weights are kept in when the checkpoint stores them so
+// (BF16 or F16, matrices only), 0 otherwise. Widening BF16 or F16 to float32 is exact, so the
+// forward computes the same bits as over float32 copies (infer's FullPrecision GEMM widens
+// weight tiles before the product) with half the memory.
+func halfType(d modelsrc.TensorDesc) gguf.GGMLType {
+	if len(d.Shape) < 2 {
+		return 0
+	}
+	switch d.SourceType {
+	case "BF16":
+		return gguf.TypeBF16
+	case "F16":
+		return gguf.TypeF16
+	}
+	return 0
+}
+
+// storedBytes is the memory loadLayer uses for tensor d.
+func storedBytes(d modelsrc.TensorDesc) int64 {
+	if halfType(d) != 0 {
+		return 2 * elements(d.Shape)
+	}
+	return 4 * elements(d.Shape)
+}
+
+// layerBytes is the memory loadLayer uses for block il.
 func layerBytes(src WeightSource, il int) int64 {
 	var n int64
 	for _, d := range layerDescs(src, il) {
-		n += 4 * elements(d.Shape)
+		n += storedBytes(d)
 	}
 	return n
 }
 
-// loadLayer reads block il's tensors.
+// loadLayer reads block il's tensors: matrices the checkpoint stores in BF16 or F16 stay in
+// that type (halfType), everything else becomes float32.
 func loadLayer(src WeightSource, il int) (*layerWeights, error) {
-	lw := &layerWeights{layer: il, descs: layerDescs(src, il), data: map[string][]float32{}, tensors: map[string]*infer.Tensor{}}
+	lw := &layerWeights{layer: il, descs: layerDescs(src, il), data: map[string][]float32{}, half: map[string][]byte{},
+		tensors: map[string]*infer.Tensor{}}
 	if len(lw.descs) == 0 {
 		return nil, fmt.Errorf("calib: the model has no tensors for block %d", il)
 	}
+	var tmp []float32
 	for _, d := range lw.descs {
-		buf := make([]float32, elements(d.Shape))
-		if err := readTensor(src, d, buf); err != nil {
-			return nil, fmt.Errorf("calib: %w", err)
+		n := elements(d.Shape)
+		t := gguf.TypeF32
+		var raw []byte
+		if ht := halfType(d); ht != 0 {
+			b := make([]byte, 2*n)
+			if tmp == nil {
+				tmp = make([]float32, readChunkBytes/4)
+			}
+			ok, err := readHalf(src, d, ht, b, tmp)
+			if err != nil {
+				return nil, fmt.Errorf("calib: %w", err)
+			}
+			if ok {
+				t, raw = ht, b
+				lw.half[d.Name] = b
+			}
 		}
-		lw.data[d.Name] = buf
-		lw.bytes += int64(len(buf)) * 4
-		lw.tensors[d.Name] = &infer.Tensor{Name: d.Name, Type: gguf.TypeF32, Dims: append([]int64(nil), d.Shape...), Data: f32Bytes(buf)}
+		if raw == nil {
+			buf := make([]float32, n)
+			if err := readTensor(src, d, buf); err != nil {
+				return nil, fmt.Errorf("calib: %w", err)
+			}
+			lw.data[d.Name] = buf
+			raw = f32Bytes(buf)
+		}
+		lw.bytes += int64(len(raw))
+		lw.tensors[d.Name] = &infer.Tensor{Name: d.Name, Type: t, Dims: append([]int64(nil), d.Shape...), Data: raw}
 	}
 	return lw, nil
+}
+
+// readHalf reads tensor d in chunks of len(tmp) floats and stores it in dst as type t (BF16
+// or F16). It reports false when a value is not exactly representable in t (a transform
+// changed the checkpoint's values); dst is then incomplete and the caller reads float32.
+func readHalf(src WeightSource, d modelsrc.TensorDesc, t gguf.GGMLType, dst []byte, tmp []float32) (bool, error) {
+	cols := d.Shape[0]
+	rows := elements(d.Shape) / cols
+	step := max(1, int64(len(tmp))/cols)
+	if step*cols > int64(len(tmp)) {
+		tmp = make([]float32, cols) // one row larger than the chunk
+	}
+	for r := int64(0); r < rows; r += step {
+		n := min(step, rows-r)
+		f := tmp[:n*cols]
+		if err := src.ReadRows(d.Name, r, n, f); err != nil {
+			return false, err
+		}
+		if !narrowExact(t, dst[2*r*cols:2*(r+n)*cols], f) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// narrowExact writes src as BF16 or F16 into dst and reports whether every value is exact.
+func narrowExact(t gguf.GGMLType, dst []byte, src []float32) bool {
+	if t == gguf.TypeF16 {
+		kernels.NarrowF16(dst, src)
+		for i, v := range src {
+			if quant.FP16ToFP32(uint16(dst[2*i])|uint16(dst[2*i+1])<<8) != v {
+				return false
+			}
+		}
+		return true
+	}
+	for i, v := range src {
+		b := math.Float32bits(v)
+		if b&0xffff != 0 {
+			return false
+		}
+		dst[2*i], dst[2*i+1] = byte(b>>16), byte(b>>24)
+	}
+	return true
+}
+
+// rows copies rows [r0, r0+n) of tensor name (a row has cols values) into dst as float32.
+func (lw *layerWeights) rows(name string, r0, n, cols int, dst []float32) {
+	if f, ok := lw.data[name]; ok {
+		copy(dst[:n*cols], f[r0*cols:(r0+n)*cols])
+		return
+	}
+	widen(lw.tensors[name].Type, dst[:n*cols], lw.half[name][2*r0*cols:2*(r0+n)*cols])
+}
+
+// floats returns elements [off, off+n) of tensor name as float32: a view of the float32 copy,
+// or a new slice widened from the 16-bit one.
+func (lw *layerWeights) floats(name string, off, n int) []float32 {
+	if f, ok := lw.data[name]; ok {
+		return f[off : off+n]
+	}
+	dst := make([]float32, n)
+	widen(lw.tensors[name].Type, dst, lw.half[name][2*off:2*(off+n)])
+	return dst
+}
+
+// has reports whether the block has tensor name.
+func (lw *layerWeights) has(name string) bool { return lw.tensors[name] != nil }
+
+func widen(t gguf.GGMLType, dst []float32, src []byte) {
+	if t == gguf.TypeF16 {
+		kernels.WidenF16(dst, src)
+	} else {
+		kernels.WidenBF16(dst, src)
+	}
 }
 
 // metaSource serves GGUF metadata (and a few tensors) as an infer.Source.

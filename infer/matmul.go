@@ -250,9 +250,12 @@ func (s *Session) roundActs(a actType, dst, x []float32, T, n int) {
 func (s *Session) matmulGemm(l *linear, e int, x []float32, T int, y []float32, lanes8 bool) {
 	m := s.m
 	n, out := l.in, l.out
-	s.xr = grow(s.xr, T*n)
-	xr := s.xr
-	s.roundActs(l.k.act, xr, x, T, n)
+	xr := x[:T*n] // unrounded (FullPrecision, f32 activations): used in place
+	if !s.m.opts.FullPrecision && l.k.act != actF32 {
+		s.xr = grow(s.xr, T*n)
+		xr = s.xr
+		s.roundActs(l.k.act, xr, x, T, n)
+	}
 	nt := (out + gemmTile - 1) / gemmTile
 	m.pool.run(nt, 1, func(_, lo, hi int) {
 		bp := tilePool.Get().(*[]float32)
@@ -272,6 +275,18 @@ func (s *Session) matmulGemm(l *linear, e int, x []float32, T int, y []float32, 
 					f = kernels.SgemmLanes8BF16
 				}
 				if err := f(T, r1-r0, n, xr, n, raw, n, y[r0:], out); err != nil {
+					panic(err) // shapes are ours
+				}
+				continue
+			}
+			if !lanes8 && (l.t == gguf.TypeBF16 || l.t == gguf.TypeF16) {
+				// 16-bit float weights are widened while the GEMM packs them (exact, so the
+				// same bits as a float32 copy)
+				ht := kernels.BF16
+				if l.t == gguf.TypeF16 {
+					ht = kernels.F16
+				}
+				if err := kernels.SgemmHalf(ht, T, r1-r0, n, xr, n, raw, n, y[r0:], out, false); err != nil {
 					panic(err) // shapes are ours
 				}
 				continue

@@ -20,6 +20,7 @@ const (
 
 type sgemmBuf struct {
 	b     [sgNC * sgKC]float32
+	h     [sgNR * sgKC]float32 // 16 rows of a 16-bit B widened (SgemmHalf)
 	aTail [sgMR * sgKC]float32 // a partial (< 6 row) A panel, zero-padded
 	tmp   [sgMR * sgNR]float32 // a partial C tile
 }
@@ -53,7 +54,9 @@ func SgemmRange(m, n, k int, a []float32, lda int, b []float32, ldb int, c []flo
 		return nil
 	}
 	if useAsm() {
-		sgemmPacked(k, a, lda, b, ldb, c, ldc, accumulate, i0, i1, j0, j1)
+		sgemmPacked(k, a, lda, c, ldc, accumulate, i0, i1, j0, j1, func(buf *sgemmBuf, jc, nc, pc, kc int) {
+			packB(buf.b[:], b, ldb, jc, nc, pc, kc)
+		})
 	} else {
 		sgemmGo(k, a, lda, b, ldb, c, ldc, accumulate, i0, i1, j0, j1)
 	}
@@ -123,9 +126,56 @@ var avx512Off atomic.Bool
 // is in use and the tests have not turned it off.
 func use512() bool { return have512 && useAsm() && !avx512Off.Load() }
 
-// sgemmPacked is the assembly path: pack B, then run the 6×16 micro-kernel (6×32 with
+// SgemmHalf is Sgemm with B in 16-bit floats: t is BF16 or F16 and b holds n rows of k
+// little-endian values, ldb values apart. Widening either type to float32 is exact, so the
+// result is, bit for bit, Sgemm's on the widened B; the assembly path widens 16 rows of one
+// k block at a time into L1 while packing, instead of reading a float32 copy of B.
+func SgemmHalf(t Type, m, n, k int, a []float32, lda int, b []byte, ldb int, c []float32, ldc int, accumulate bool) error {
+	if t != BF16 && t != F16 {
+		return fmt.Errorf("kernels: SgemmHalf: type %v is not bf16 or f16", t)
+	}
+	if m < 0 || n < 0 || k < 0 {
+		return fmt.Errorf("kernels: SgemmHalf: negative dimension m=%d n=%d k=%d", m, n, k)
+	}
+	if lda < max(1, k) || ldb < max(1, k) || ldc < max(1, n) {
+		return fmt.Errorf("kernels: SgemmHalf: strides lda=%d ldb=%d ldc=%d too small for k=%d n=%d", lda, ldb, ldc, k, n)
+	}
+	if !fitsMatrix(m, k, lda, len(a)) || !fitsMatrix(n, k, ldb, len(b)/2) || !fitsMatrix(m, n, ldc, len(c)) {
+		return fmt.Errorf("kernels: SgemmHalf: A (%d values), B (%d bytes) or C (%d values) too small for m=%d n=%d k=%d", len(a), len(b), len(c), m, n, k)
+	}
+	if !useAsm() || m == 0 || n == 0 || k == 0 {
+		wb := make([]float32, n*k)
+		for j := 0; j < n; j++ {
+			widenHalf(t, wb[j*k:(j+1)*k], b[2*j*ldb:])
+		}
+		return Sgemm(m, n, k, a, lda, wb, max(1, k), c, ldc, accumulate)
+	}
+	sgemmPacked(k, a, lda, c, ldc, accumulate, 0, m, 0, n, func(buf *sgemmBuf, jc, nc, pc, kc int) {
+		for q := 0; q*sgNR < nc; q++ {
+			rows := min(sgNR, nc-q*sgNR)
+			for r := 0; r < rows; r++ {
+				off := (jc+q*sgNR+r)*ldb + pc
+				widenHalf(t, buf.h[r*kc:(r+1)*kc], b[2*off:2*(off+kc)])
+			}
+			packB(buf.b[q*sgNR*kc:], buf.h[:], kc, 0, rows, 0, kc)
+		}
+	})
+	return nil
+}
+
+// widenHalf writes len(dst) 16-bit values of type t (BF16 or F16) from src as float32.
+func widenHalf(t Type, dst []float32, src []byte) {
+	if t == F16 {
+		WidenF16(dst, src)
+	} else {
+		WidenBF16(dst, src)
+	}
+}
+
+// sgemmPacked is the assembly path: pack B (pack fills buf.b with columns [jc, jc+nc) and k
+// steps [pc, pc+kc) as 16-row panels, see packB), then run the 6×16 micro-kernel (6×32 with
 // AVX-512F where two full panels remain) over A in place.
-func sgemmPacked(k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool, i0, i1, j0, j1 int) {
+func sgemmPacked(k int, a []float32, lda int, c []float32, ldc int, accumulate bool, i0, i1, j0, j1 int, pack func(buf *sgemmBuf, jc, nc, pc, kc int)) {
 	buf := sgemmPool.Get().(*sgemmBuf)
 	defer sgemmPool.Put(buf)
 	for jc := j0; jc < j1; jc += sgNC {
@@ -133,7 +183,7 @@ func sgemmPacked(k int, a []float32, lda int, b []float32, ldb int, c []float32,
 		for pc := 0; pc < k; pc += sgKC {
 			kc := min(sgKC, k-pc)
 			acc := accumulate || pc > 0
-			packB(buf.b[:], b, ldb, jc, nc, pc, kc)
+			pack(buf, jc, nc, pc, kc)
 			for ic := i0; ic < i1; ic += sgMC {
 				mc := min(sgMC, i1-ic)
 				full := mc - mc%sgMR

@@ -180,3 +180,61 @@ func TestSgemmAVX512MatchesAVX2(t *testing.T) {
 		}
 	}
 }
+
+// TestSgemmHalf: SgemmHalf with BF16 and F16 weights equals, bit for bit, Sgemm on the same
+// weights widened to float32 (widening is exact), in both paths, with and without
+// accumulation, for the edge shapes of TestSgemm; with AVX-512 the 6×32 kernel and the
+// AVX2 one both run. Bad types and short buffers are refused.
+func TestSgemmHalf(t *testing.T) {
+	shapes := []sgemmShape{
+		{1, 1, 1, 1, 1, 1}, {6, 16, 8, 8, 8, 16}, {5, 15, 3, 3, 3, 15}, {7, 17, 33, 40, 35, 20},
+		{13, 530, 300, 300, 301, 533}, {150, 40, 257, 260, 257, 41}, {12, 64, 520, 520, 530, 64},
+	}
+	forEachImpl(t, func(t *testing.T) {
+		for _, typ := range []Type{BF16, F16} {
+			for si, sh := range shapes {
+				r := newRNG(uint64(si) + 100)
+				a := randFloats(r, (sh.m-1)*sh.lda+sh.k, si%2 == 0, 1)
+				bf := randFloats(r, (sh.n-1)*sh.ldb+sh.k, true, 0.5)
+				bh := make([]byte, 2*len(bf))
+				for i, v := range bf {
+					var h uint16
+					if typ == F16 {
+						h = floatToHalf(v)
+					} else {
+						h = uint16(math.Float32bits(v) >> 16)
+					}
+					bh[2*i], bh[2*i+1] = byte(h), byte(h>>8)
+				}
+				wide := make([]float32, len(bf))
+				widenHalf(typ, wide, bh)
+				c0 := randFloats(r, (sh.m-1)*sh.ldc+sh.n, false, 1)
+				for _, acc := range []bool{false, true} {
+					want := append([]float32(nil), c0...)
+					if err := Sgemm(sh.m, sh.n, sh.k, a, sh.lda, wide, sh.ldb, want, sh.ldc, acc); err != nil {
+						t.Fatal(err)
+					}
+					got := append([]float32(nil), c0...)
+					if err := SgemmHalf(typ, sh.m, sh.n, sh.k, a, sh.lda, bh, sh.ldb, got, sh.ldc, acc); err != nil {
+						t.Fatal(err)
+					}
+					for i := range got {
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("%v %+v acc=%v: C[%d] = %g, Sgemm on widened B %g", typ, sh, acc, i, got[i], want[i])
+						}
+					}
+				}
+			}
+		}
+	})
+	c := make([]float32, 4)
+	if err := SgemmHalf(F32, 2, 2, 2, make([]float32, 4), 2, make([]byte, 8), 2, c, 2, false); err == nil {
+		t.Error("SgemmHalf accepted F32")
+	}
+	if err := SgemmHalf(BF16, 2, 2, 2, make([]float32, 4), 2, make([]byte, 7), 2, c, 2, false); err == nil {
+		t.Error("SgemmHalf accepted a short B")
+	}
+	if err := SgemmHalf(BF16, 2, 2, 2, make([]float32, 3), 2, make([]byte, 8), 2, c, 2, false); err == nil {
+		t.Error("SgemmHalf accepted a short A")
+	}
+}
