@@ -6,6 +6,8 @@ import (
 	"math"
 	"sort"
 	"strings"
+
+	"github.com/tq-project/tq/quant/kernels"
 )
 
 // TensorStats holds the statistics of the input activations of one linear weight: for every
@@ -48,15 +50,8 @@ func (t *TensorStats) Add(e int, x []float32, n int) {
 	s := t.SumSq[e*c : (e+1)*c]
 	m := t.MaxAbs[e*c : (e+1)*c]
 	for r := 0; r < n; r++ {
-		row := x[r*c : (r+1)*c]
-		for i, v := range row {
-			f := float64(v)
-			s[i] += f * f
-			a := float32(math.Abs(f))
-			if a > m[i] || math.IsNaN(float64(a)) {
-				m[i] = a
-			}
-		}
+		// s += float64(x)², m = max(m, |x|) with NaN kept (AVX2 where available, same bits)
+		kernels.SumSqMaxAbs(s, m, x[r*c:(r+1)*c])
 	}
 	t.Counts[e] += int64(n)
 }

@@ -1,0 +1,5 @@
+//go:build !amd64 || purego
+
+package kernels
+
+func sumSqMaxAbsAVX2(sum *float64, mx *float32, x *float32, n int) { panic(noAsm) }
