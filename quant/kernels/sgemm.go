@@ -128,8 +128,8 @@ func use512() bool { return have512 && useAsm() && !avx512Off.Load() }
 
 // SgemmHalf is Sgemm with B in 16-bit floats: t is BF16 or F16 and b holds n rows of k
 // little-endian values, ldb values apart. Widening either type to float32 is exact, so the
-// result is, bit for bit, Sgemm's on the widened B; the assembly path widens 16 rows of one
-// k block at a time into L1 while packing, instead of reading a float32 copy of B.
+// result is, bit for bit, Sgemm's on the widened B; the assembly path widens the values while
+// it packs them (16 rows at a time), instead of reading a float32 copy of B.
 func SgemmHalf(t Type, m, n, k int, a []float32, lda int, b []byte, ldb int, c []float32, ldc int, accumulate bool) error {
 	if t != BF16 && t != F16 {
 		return fmt.Errorf("kernels: SgemmHalf: type %v is not bf16 or f16", t)
@@ -153,6 +153,15 @@ func SgemmHalf(t Type, m, n, k int, a []float32, lda int, b []byte, ldb int, c [
 	sgemmPacked(k, a, lda, c, ldc, accumulate, 0, m, 0, n, func(buf *sgemmBuf, jc, nc, pc, kc int) {
 		for q := 0; q*sgNR < nc; q++ {
 			rows := min(sgNR, nc-q*sgNR)
+			if rows == sgNR && kc%8 == 0 { // widen and transpose in one pass
+				off := (jc+q*sgNR)*ldb + pc
+				if t == BF16 {
+					packB16BF16AVX2(&buf.b[q*sgNR*kc], &b[2*off], ldb, kc/8)
+				} else {
+					packB16F16AVX2(&buf.b[q*sgNR*kc], &b[2*off], ldb, kc/8)
+				}
+				continue
+			}
 			for r := 0; r < rows; r++ {
 				off := (jc+q*sgNR+r)*ldb + pc
 				widenHalf(t, buf.h[r*kc:(r+1)*kc], b[2*off:2*(off+kc)])
