@@ -23,6 +23,10 @@ import (
 // attnChunk is the number of query tokens a work item handles after converting its KV group.
 const attnChunk = 16
 
+// gemmAttnChunk is attentionGemm's number of queries per work item: a multiple of the GEMM's
+// 6-row tiles, so no product of a chunk takes the partial-tile path.
+const gemmAttnChunk = 18
+
 // useLanes8Attention reports whether a batch of T tokens takes the tinyBLAS-order attention:
 // float K and V caches (a quantized cache keeps the vec_dot order, which tinyBLAS's quantized
 // path shares) and not disabled by a negative gemmMin (tests use that to compare batch sizes).
@@ -109,7 +113,11 @@ func (s *Session) attentionLanes8(il, T, pos0 int) {
 	chunks := (T + attnChunk - 1) / attnChunk
 	need := P*hd + hd*Pp + Pp + hd
 	s.attnScratchFor(need)
-	s.m.pool.run(nkv*chunks, 1, func(w, lo, hi int) {
+	// Work items are (group, chunk) pairs, group-major; a call gets a run of them so that it
+	// gathers each group's keys and values once per run rather than once per chunk (about four
+	// runs per thread keep the load balanced).
+	run := max(1, nkv*chunks/(4*s.m.pool.threads()))
+	s.m.pool.run(nkv*chunks, run, func(w, lo, hi int) {
 		buf := s.attnScratch[w][:need]
 		kf := buf[:P*hd]                     // keys of the group, one row per position
 		vf := buf[P*hd : P*hd+hd*Pp]         // values of the group, one row of Pp positions per channel
@@ -146,7 +154,7 @@ func (s *Session) attentionLanes8(il, T, pos0 int) {
 }
 
 // attentionGemm is attentionLanes8's computation with the packed GEMM (kernels.Sgemm) for
-// K·Q and V·p over chunks of attnChunk queries of one head: the calibration forward
+// K·Q and V·p over chunks of gemmAttnChunk queries of one head: the calibration forward
 // (FullPrecision), which does not reproduce llama.cpp's float order anyway, spends most of
 // its attention time in one dot product per (query, position) otherwise. The query and the
 // probabilities are not rounded to the cache types (FullPrecision).
@@ -158,10 +166,14 @@ func (s *Session) attentionGemm(il, T, pos0 int) {
 	scale := 1 / float32(math.Sqrt(float64(hd)))
 	P := pos0 + T      // positions the last token sees
 	Pp := (P + 7) &^ 7 // padded (zeros beyond P)
-	chunks := (T + attnChunk - 1) / attnChunk
-	need := P*hd + hd*Pp + attnChunk*Pp
+	chunks := (T + gemmAttnChunk - 1) / gemmAttnChunk
+	need := P*hd + hd*Pp + gemmAttnChunk*Pp
 	s.attnScratchFor(need)
-	s.m.pool.run(nkv*chunks, 1, func(w, lo, hi int) {
+	// Work items are (group, chunk) pairs, group-major; a call gets a run of them so that it
+	// gathers each group's keys and values once per run rather than once per chunk (about four
+	// runs per thread keep the load balanced).
+	run := max(1, nkv*chunks/(4*s.m.pool.threads()))
+	s.m.pool.run(nkv*chunks, run, func(w, lo, hi int) {
 		buf := s.attnScratch[w][:need]
 		kf := buf[:P*hd]             // keys of the group, one row per position
 		vf := buf[P*hd : P*hd+hd*Pp] // values of the group, one row of Pp positions per channel
@@ -173,8 +185,8 @@ func (s *Session) attentionGemm(il, T, pos0 int) {
 				s.kvGroupFloats(il, g, P, Pp, kf, vf)
 				lastG = g
 			}
-			t0 := ch * attnChunk
-			M := min(T, t0+attnChunk) - t0
+			t0 := ch * gemmAttnChunk
+			M := min(T, t0+gemmAttnChunk) - t0
 			np := pos0 + t0 + M // positions the chunk's last query sees
 			for hh := g * grp; hh < (g+1)*grp; hh++ {
 				sgemm(M, np, hd, s.q[t0*qd+hh*hd:], qd, kf, hd, sc, Pp)

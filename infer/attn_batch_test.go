@@ -14,9 +14,11 @@ import (
 // magnitude ≤ 1; the bound is 1e-5 absolute (F32: about 60 ulps at 1) and 2e-3 (F16).
 func TestAttentionGemmMatchesLanes8(t *testing.T) {
 	for _, ct := range []string{"f32", "f16"} {
-		for _, sh := range [][2]int{{37, 0}, {16, 21}, {50, 9}} {
+		// {T, pos0, threads}: with one thread and 100 queries a worker's run of (group, chunk)
+		// items crosses from one KV group to the next
+		for _, sh := range [][3]int{{37, 0, 2}, {16, 21, 2}, {50, 9, 2}, {100, 3, 1}} {
 			T, pos0 := sh[0], sh[1]
-			m, err := Load(defaultSource(t, "llama"), Options{CtxSize: 128, CacheTypeK: ct, CacheTypeV: ct, Threads: 2})
+			m, err := Load(defaultSource(t, "llama"), Options{CtxSize: 128, CacheTypeK: ct, CacheTypeV: ct, Threads: sh[2]})
 			if err != nil {
 				t.Fatal(err)
 			}
