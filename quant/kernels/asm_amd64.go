@@ -109,6 +109,11 @@ var have512 = haveAsm && cpu.X86.HasAVX512F
 //go:noescape
 func sgemmKernel6x32AVX512(k int, a *float32, lda int, b *float32, pstride int, c *float32, ldc int, accumulate bool)
 
+// sgemmKernel12x32AVX512 is sgemmKernel6x32AVX512 over twelve A rows (24 accumulators).
+//
+//go:noescape
+func sgemmKernel12x32AVX512(k int, a *float32, lda int, b *float32, pstride int, c *float32, ldc int, accumulate bool)
+
 // haveVNNI is true when the CPU and OS support AVX-512 VNNI with VL and BW (the gemm-order
 // Q4_0/IQ4_NL kernels of repack_vnni_amd64.s use VPDPBUSD and EVEX registers Y16–Y31).
 var haveVNNI = haveAsm && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VNNI

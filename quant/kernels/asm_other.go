@@ -43,6 +43,10 @@ func quantizeQ8_0RefAVX2(dst *byte, x *float32, nb int) { panic(noAsm) }
 
 const have512 = false
 
+func sgemmKernel12x32AVX512(k int, a *float32, lda int, b *float32, pstride int, c *float32, ldc int, accumulate bool) {
+	panic(noAsm)
+}
+
 func sgemmKernel6x32AVX512(k int, a *float32, lda int, b *float32, pstride int, c *float32, ldc int, accumulate bool) {
 	panic(noAsm)
 }

@@ -119,8 +119,9 @@ func packB(dst []float32, b []float32, ldb, j, nc, p, kc int) {
 	}
 }
 
-// avx512Off disables the AVX-512F SGEMM kernel (tests compare it with the AVX2 one).
-var avx512Off atomic.Bool
+// avx512Off disables the AVX-512F SGEMM kernels (tests compare them with the AVX2 one);
+// k12Off disables only the 12×32 one.
+var avx512Off, k12Off atomic.Bool
 
 // use512 reports whether the AVX-512F SGEMM kernel runs: the CPU has AVX-512F, the assembly
 // is in use and the tests have not turned it off.
@@ -214,6 +215,12 @@ func sgemmPacked(k int, a []float32, lda int, c []float32, ldc int, accumulate b
 						ap, alda := &buf.aTail[0], kc
 						if ir < full {
 							ap, alda = &a[(ic+ir)*lda+pc], lda
+						}
+						if w == 2*sgNR && cols == w && ir+2*sgMR <= full && !k12Off.Load() {
+							// twelve in-place rows: the 12×32 kernel
+							sgemmKernel12x32AVX512(kc, ap, alda, &buf.b[jr*kc], sgNR*kc, &c[(ic+ir)*ldc+jc+jr], ldc, acc)
+							ir += sgMR
+							continue
 						}
 						rows := min(sgMR, mc-ir)
 						if rows == sgMR && cols == w {

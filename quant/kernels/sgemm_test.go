@@ -144,7 +144,7 @@ func TestSgemmConcurrentRanges(t *testing.T) {
 	})
 }
 
-// TestSgemmAVX512MatchesAVX2: the AVX-512 6×32 kernel gives the AVX2 6×16 kernel's bits
+// TestSgemmAVX512MatchesAVX2: the AVX-512 12×32 and 6×32 kernels give the AVX2 6×16 kernel's bits
 // (same FMA chain per element) for shapes that exercise full and partial row panels, column
 // counts that leave 0 or 1 16-wide panel after the 32-wide ones, k blocks with and without a
 // remainder of 4, both accumulate modes, sub-ranges, and normal and heavy-tailed data.
