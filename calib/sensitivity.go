@@ -343,6 +343,7 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 			tiedEmbd = p
 		}
 	}
+	var wbuf []float32 // one matrix widened from a 16-bit block tensor, reused
 	for il := 0; il < c.NLayer; il++ {
 		if err := r.ctx.Err(); err != nil {
 			return "", err
@@ -374,7 +375,10 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 				continue
 			}
 			typ, _ := sensitivityType(d.Shape[0])
-			deq, rel, err := r.roundTrip(d, func(off, n int) []float32 { return lw.floats(d.Name, off, n) }, typ, all, threads)
+			deq, rel, err := r.roundTrip(d, func(off, n int) []float32 {
+				wbuf = lw.floats(d.Name, off, n, wbuf)
+				return wbuf
+			}, typ, all, threads)
 			if err != nil {
 				return "", err
 			}

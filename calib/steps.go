@@ -208,9 +208,10 @@ func (r *run) fillUncovered(il int, ss *Stats, lw *layerWeights, experts []int, 
 	x := sample.rows[:S*E]
 	g := make([]float32, S*F)
 	u := make([]float32, S*F)
+	var wg, wu []float32 // float32 views or widened copies of one expert's matrices
 	for _, e := range experts {
-		wg := lw.floats(names[0], e*F*E, F*E)
-		wu := lw.floats(names[1], e*F*E, F*E)
+		wg = lw.floats(names[0], e*F*E, F*E, wg)
+		wu = lw.floats(names[1], e*F*E, F*E, wu)
 		if err := infer.ExpertActivations(x, S, E, wg, wu, F, g, u); err != nil {
 			return 0, fmt.Errorf("calib: block %d expert %d: %w", il, e, err)
 		}

@@ -210,12 +210,15 @@ func (lw *layerWeights) rows(name string, r0, n, cols int, dst []float32) {
 }
 
 // floats returns elements [off, off+n) of tensor name as float32: a view of the float32 copy,
-// or a new slice widened from the 16-bit one.
-func (lw *layerWeights) floats(name string, off, n int) []float32 {
+// or the values widened from the 16-bit one into buf (reallocated when too short).
+func (lw *layerWeights) floats(name string, off, n int, buf []float32) []float32 {
 	if f, ok := lw.data[name]; ok {
 		return f[off : off+n]
 	}
-	dst := make([]float32, n)
+	if cap(buf) < n {
+		buf = make([]float32, n)
+	}
+	dst := buf[:n]
 	widen(lw.tensors[name].Type, dst, lw.half[name][2*off:2*(off+n)])
 	return dst
 }

@@ -60,7 +60,7 @@ func TestLoadLayerKeepsHalf(t *testing.T) {
 					t.Errorf("%s: rows differ from the source's float32 values", d.Name)
 				}
 				if n > cols {
-					if got := lw.floats(d.Name, cols, cols); !bitsEqual(got, ref[cols:2*cols]) {
+					if got := lw.floats(d.Name, cols, cols, nil); !bitsEqual(got, ref[cols:2*cols]) {
 						t.Errorf("%s: floats of row 1 differ", d.Name)
 					}
 				}
@@ -96,7 +96,7 @@ func TestLoadLayerInexactFallsBack(t *testing.T) {
 			if err := readTensor(ws, d, ref); err != nil {
 				t.Fatal(err)
 			}
-			if !bitsEqual(lw.floats(d.Name, 0, len(ref)), ref) {
+			if !bitsEqual(lw.floats(d.Name, 0, len(ref), nil), ref) {
 				t.Errorf("%s: float32 fallback differs from the source", d.Name)
 			}
 		} else if len(d.Shape) >= 2 && tt.Type != gguf.TypeBF16 {
