@@ -39,14 +39,7 @@ func swiglu(g, u []float32, n int) {
 }
 
 // scaleMax multiplies x by scale (ggml_vec_scale_f32) and returns the largest element.
-func scaleMax(x []float32, scale float32) float32 {
-	mx := float32(math.Inf(-1))
-	for i := range x {
-		x[i] *= scale
-		mx = max(mx, x[i])
-	}
-	return mx
-}
+func scaleMax(x []float32, scale float32) float32 { return kernels.ScaleMax(x, scale) }
 
 // softmaxInPlace computes softmax(x*scale) of a row of exactly len(x) elements as
 // ggml_soft_max does: float32 exponentials (ggml_v_expf per group of 8), per-8 float sums
