@@ -223,12 +223,14 @@ func (s *Session) layer(b *block, il, T, pos0 int) {
 		return
 	}
 	c := s.m.cfg
-	E, hd := c.NEmbd, c.HeadDim
+	E := c.NEmbd
 	qd, kd := c.QDim(), c.KVDim()
 	eps := float32(c.RMSEps)
 	x, h := s.x[:T*E], s.h[:T*E]
-	for t := 0; t < T; t++ {
-		rmsNorm(h[t*E:(t+1)*E], x[t*E:(t+1)*E], b.attnNorm, eps)
+	if T >= parallelRows {
+		s.m.pool.run(T, s.rowChunk(T), func(_, lo, hi int) { normRows(h, x, b.attnNorm, E, eps, lo, hi) })
+	} else {
+		normRows(h, x, b.attnNorm, E, eps, 0, T)
 	}
 	s.linear(b.q, h, T, s.q[:T*qd])
 	addBias(s.q, b.bq, T)
@@ -236,8 +238,47 @@ func (s *Session) layer(b *block, il, T, pos0 int) {
 	addBias(s.k, b.bk, T)
 	s.linear(b.v, h, T, s.v[:T*kd])
 	addBias(s.v, b.bv, T)
-	rope, nr := s.ropeRows(pos0, T, s.m.rope.cache), c.NRot
-	for t := 0; t < T; t++ {
+	rope := s.ropeRows(pos0, T, s.m.rope.cache)
+	if T >= parallelRows {
+		s.m.pool.run(T, s.rowChunk(T), func(_, lo, hi int) { s.qkRows(b, il, pos0, rope, lo, hi) })
+	} else {
+		s.qkRows(b, il, pos0, rope, 0, T)
+	}
+	s.attention(il, T, pos0)
+	s.linear(b.o, s.att[:T*qd], T, s.tmp[:T*E])
+	addBias(s.tmp, b.bo, T)
+	addInPlace(x, s.tmp[:T*E])
+	if T >= parallelRows {
+		s.m.pool.run(T, s.rowChunk(T), func(_, lo, hi int) { normRows(h, x, b.ffnNorm, E, eps, lo, hi) })
+	} else {
+		normRows(h, x, b.ffnNorm, E, eps, 0, T)
+	}
+	b.ffn.forward(s, il, h, T, s.tmp[:T*E])
+	addInPlace(x, s.tmp[:T*E])
+}
+
+// parallelRows is the batch size from which a layer's per-token work (norms, RoPE, KV cache
+// stores) is split across the worker pool; every token's result is independent of the split.
+const parallelRows = 16
+
+// rowChunk is the pool chunk for T per-token items: about four per thread.
+func (s *Session) rowChunk(T int) int { return max(1, T/(4*s.m.pool.threads())) }
+
+// normRows writes the RMS-normalised rows [lo, hi) of x (n values each) into y.
+func normRows(y, x, w []float32, n int, eps float32, lo, hi int) {
+	for t := lo; t < hi; t++ {
+		rmsNorm(y[t*n:(t+1)*n], x[t*n:(t+1)*n], w, eps)
+	}
+}
+
+// qkRows finishes the query and key rows [lo, hi) of a batch at positions pos0+t: per-head
+// RMSNorm (Qwen3), RoPE (rope: the batch's cos/sin rows), and stores the keys and values in
+// the cache.
+func (s *Session) qkRows(b *block, il, pos0 int, rope []float32, lo, hi int) {
+	c := s.m.cfg
+	hd, qd, kd, nr := c.HeadDim, c.QDim(), c.KVDim(), c.NRot
+	eps := float32(c.RMSEps)
+	for t := lo; t < hi; t++ {
 		q := s.q[t*qd : (t+1)*qd]
 		k := s.k[t*kd : (t+1)*kd]
 		if b.qNorm != nil {
@@ -257,15 +298,6 @@ func (s *Session) layer(b *block, il, T, pos0 int) {
 		}
 		s.kv.store(il, pos0+t, k, s.v[t*kd:(t+1)*kd])
 	}
-	s.attention(il, T, pos0)
-	s.linear(b.o, s.att[:T*qd], T, s.tmp[:T*E])
-	addBias(s.tmp, b.bo, T)
-	addInPlace(x, s.tmp[:T*E])
-	for t := 0; t < T; t++ {
-		rmsNorm(h[t*E:(t+1)*E], x[t*E:(t+1)*E], b.ffnNorm, eps)
-	}
-	b.ffn.forward(s, il, h, T, s.tmp[:T*E])
-	addInPlace(x, s.tmp[:T*E])
 }
 
 // attention computes causal multi-head attention of the T query rows in s.q against the cache
