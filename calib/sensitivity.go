@@ -344,6 +344,7 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 		}
 	}
 	var wbuf []float32 // one matrix widened from a 16-bit block tensor, reused
+	var dbuf []float32 // the probed tensor's reconstruction, reused
 	for il := 0; il < c.NLayer; il++ {
 		if err := r.ctx.Err(); err != nil {
 			return "", err
@@ -375,13 +376,16 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 				continue
 			}
 			typ, _ := sensitivityType(d.Shape[0])
+			// the previous probe's reconstruction is no longer read: its forward is done and
+			// the block is loaded again below, so its buffer takes this one
 			deq, rel, err := r.roundTrip(d, func(off, n int) []float32 {
 				wbuf = lw.floats(d.Name, off, n, wbuf)
 				return wbuf
-			}, typ, all, threads)
+			}, typ, all, threads, dbuf)
 			if err != nil {
 				return "", err
 			}
+			dbuf = deq
 			ts := make(map[string]*infer.Tensor, len(lw.tensors))
 			for k, v := range lw.tensors {
 				ts[k] = v
@@ -410,14 +414,14 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 	}
 	if hasHead && r.probed(hd) {
 		typ, _ := sensitivityType(hd.Shape[0])
-		deq, rel, err := r.roundTrip(hd, sliceOf(head), typ, all, threads)
+		deq, rel, err := r.roundTrip(hd, sliceOf(head), typ, all, threads, nil)
 		if err != nil {
 			return "", err
 		}
 		probes = append(probes, &sensProbe{name: headName, typ: typ, relErr: rel, head: deq})
 	} else if tiedEmbd != nil {
 		// tied embeddings: the embedding's probe also goes through the round-tripped head
-		deq, _, err := r.roundTrip(hd, sliceOf(head), tiedEmbd.typ, nil, threads)
+		deq, _, err := r.roundTrip(hd, sliceOf(head), tiedEmbd.typ, nil, threads, nil)
 		if err != nil {
 			return "", err
 		}
@@ -564,16 +568,19 @@ func (r *run) embedProbe(d modelsrc.TensorDesc, seqs []Sequence, all *Stats, thr
 }
 
 // roundTrip encodes tensor d (floats(off, n) returns its elements [off, off+n) as float32, all
-// its matrices) in typ with each matrix's importance and returns the reconstruction and the
-// importance-weighted relative squared error.
-func (r *run) roundTrip(d modelsrc.TensorDesc, floats func(off, n int) []float32, typ gguf.GGMLType, all *Stats, threads int) ([]float32, float64, error) {
+// its matrices) in typ with each matrix's importance and returns the reconstruction (in deq
+// when it is long enough) and the importance-weighted relative squared error.
+func (r *run) roundTrip(d modelsrc.TensorDesc, floats func(off, n int) []float32, typ gguf.GGMLType, all *Stats, threads int, deq []float32) ([]float32, float64, error) {
 	cols := int(d.Shape[0])
 	rows := int(d.Shape[1])
 	nm := 1
 	if len(d.Shape) > 2 {
 		nm = int(d.Shape[2])
 	}
-	deq := make([]float32, nm*rows*cols)
+	if cap(deq) < nm*rows*cols {
+		deq = make([]float32, nm*rows*cols)
+	}
+	deq = deq[:nm*rows*cols]
 	var buf []byte
 	var num, den float64
 	for e := 0; e < nm; e++ {

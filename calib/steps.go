@@ -151,6 +151,11 @@ func (r *run) layer(il int) (*stepResult, *Stats, error) {
 			return nil, nil, err
 		}
 		col.gram = nil // the accumulators are not needed by the search
+		gc = nil
+		// They were most of the live heap: collecting now sets the next heap goal to twice
+		// what remains rather than twice the accumulators, which bounded the garbage the
+		// search and the next step could pile up (the full calibration's peak RSS).
+		runtime.GC()
 	}
 	r.progress(Progress{Stage: "search", Layer: il, Elapsed: time.Since(t0)})
 	for _, d := range lw.descs {
