@@ -190,12 +190,17 @@ func narrowExact(t gguf.GGMLType, dst []byte, src []float32) bool {
 		}
 		return true
 	}
+	if len(src) == 0 {
+		return true
+	}
+	// the tensor data is little-endian, as infer reads it natively (see f32Bytes)
+	d16 := unsafe.Slice((*uint16)(unsafe.Pointer(&dst[0])), len(dst)/2)[:len(src)]
 	for i, v := range src {
 		b := math.Float32bits(v)
 		if b&0xffff != 0 {
 			return false
 		}
-		dst[2*i], dst[2*i+1] = byte(b>>16), byte(b>>24)
+		d16[i] = uint16(b >> 16)
 	}
 	return true
 }

@@ -20,9 +20,7 @@ func decodeFloats(d safetensors.DType, b []byte, dst []float32) error {
 			dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 		}
 	case safetensors.BF16:
-		for i := range dst {
-			dst[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(b[2*i:])) << 16)
-		}
+		kernels.WidenBF16(dst, b) // bits << 16, eight at a time with AVX2
 	case safetensors.F16:
 		for i := range dst {
 			dst[i] = safetensors.F16ToFloat32(binary.LittleEndian.Uint16(b[2*i:]))
