@@ -186,23 +186,13 @@ func (p *ropeParams) cache(cs []float32, pos int) {
 }
 
 // apply rotates one head vector x (length head_dim) in place using a cache from [ropeParams.cache].
+// Each pair takes ggml's contracted FMAs, x0' = fma(x0, c, −x1·s), x1' = fma(x0, s, x1·c)
+// (kernels.RopeNeox / RopeNorm, 8 pairs per AVX2 step).
 func (p *ropeParams) apply(x, cs []float32) {
 	n := p.nRot
 	if p.mode == RopeNeox {
-		h := n / 2
-		for i0 := 0; i0 < n; i0 += 2 {
-			c, s := cs[i0], cs[i0+1]
-			j := i0 / 2
-			x0, x1 := x[j], x[j+h]
-			x[j] = kernels.FMA32(x0, c, -float32(x1*s))
-			x[j+h] = kernels.FMA32(x0, s, float32(x1*c))
-		}
+		kernels.RopeNeox(x[:n], cs[:n])
 		return
 	}
-	for i0 := 0; i0 < n; i0 += 2 {
-		c, s := cs[i0], cs[i0+1]
-		x0, x1 := x[i0], x[i0+1]
-		x[i0] = kernels.FMA32(x0, c, -float32(x1*s))
-		x[i0+1] = kernels.FMA32(x0, s, float32(x1*c))
-	}
+	kernels.RopeNorm(x[:n], cs[:n])
 }
