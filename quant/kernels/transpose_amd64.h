@@ -1,4 +1,4 @@
-// Shared by sgemm_amd64.s and repack_vnni_amd64.s.
+// Shared by sgemm_amd64.s, sgemm_half_amd64.s and repack_vnni_amd64.s.
 
 // Transpose the 8×8 block in Y0..Y7 (row i in Yi) into Y8..Y15 (column i in Y(8+i)).
 #define TRANSPOSE8 \
@@ -27,3 +27,15 @@
 	VPERM2F128 $0x31, Y6, Y2, Y14  \
 	VPERM2F128 $0x31, Y7, Y3, Y15
 
+
+// Store the transposed columns Y8..Y15 of TRANSPOSE8 64 bytes apart from off(DI): the layout
+// of an 8-row half of a 16-wide packed B panel (off 0 for rows 0..7, 32 for rows 8..15).
+#define STORE_T8(off) \
+	VMOVUPS Y8, (off)(DI)      \
+	VMOVUPS Y9, (off+64)(DI)   \
+	VMOVUPS Y10, (off+128)(DI) \
+	VMOVUPS Y11, (off+192)(DI) \
+	VMOVUPS Y12, (off+256)(DI) \
+	VMOVUPS Y13, (off+320)(DI) \
+	VMOVUPS Y14, (off+384)(DI) \
+	VMOVUPS Y15, (off+448)(DI)

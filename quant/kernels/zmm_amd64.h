@@ -1,5 +1,5 @@
 // Shared by sgemm512_amd64.s, q0tile512_amd64.s and repack_vnni_amd64.s: zero the ZMM
-// accumulators Z0..Z7 (Z0..Z11).
+// accumulators Z0..Z7 (Z0..Z11, Z12..Z23).
 #define ZERO_Z0_Z7 \
 	VPXORD Z0, Z0, Z0   \
 	VPXORD Z1, Z1, Z1   \
@@ -16,3 +16,17 @@
 	VPXORD Z9, Z9, Z9   \
 	VPXORD Z10, Z10, Z10 \
 	VPXORD Z11, Z11, Z11
+
+#define ZERO_Z12_Z23 \
+	VPXORD Z12, Z12, Z12 \
+	VPXORD Z13, Z13, Z13 \
+	VPXORD Z14, Z14, Z14 \
+	VPXORD Z15, Z15, Z15 \
+	VPXORD Z16, Z16, Z16 \
+	VPXORD Z17, Z17, Z17 \
+	VPXORD Z18, Z18, Z18 \
+	VPXORD Z19, Z19, Z19 \
+	VPXORD Z20, Z20, Z20 \
+	VPXORD Z21, Z21, Z21 \
+	VPXORD Z22, Z22, Z22 \
+	VPXORD Z23, Z23, Z23
