@@ -82,7 +82,7 @@ func BenchmarkCalibrate(b *testing.B) {
 // "stats" (the importance statistics and the per-tensor search, no Gram matrices, no
 // sensitivity pass: what llama-imatrix computes, plus the search) and "full" (the default:
 // Gram matrices and the sensitivity pass too). Each runs in its own process (wall time
-// including model load; peak RSS from the kernel's maxrss). It also reports what "full" adds
+// including model load; peak RSS: the child's own VmHWM, see run). It also reports what "full" adds
 // over "stats" in seconds and in bytes of output (hessians/, sensitivity.json) per billion
 // parameters.
 func BenchmarkVsLlamaImatrix(b *testing.B) {
