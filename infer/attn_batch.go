@@ -100,6 +100,12 @@ func (s *Session) kvGroupFloats(il, g, P, Pp int, kf, vf []float32) {
 	}
 }
 
+// groupRun is the pool chunk for the batched attentions' work items, (KV group, query chunk)
+// pairs in group-major order: a call gets a run of them and gathers each group's keys and
+// values once per run rather than once per chunk; about four runs per thread keep the load
+// balanced. The results do not depend on the split.
+func (s *Session) groupRun(items int) int { return max(1, items/(4*s.m.pool.threads())) }
+
 // attentionLanes8 is attention() for a prompt batch in tinyBLAS order (see above).
 func (s *Session) attentionLanes8(il, T, pos0 int) {
 	c := s.m.cfg
@@ -113,11 +119,7 @@ func (s *Session) attentionLanes8(il, T, pos0 int) {
 	chunks := (T + attnChunk - 1) / attnChunk
 	need := P*hd + hd*Pp + Pp + hd
 	s.attnScratchFor(need)
-	// Work items are (group, chunk) pairs, group-major; a call gets a run of them so that it
-	// gathers each group's keys and values once per run rather than once per chunk (about four
-	// runs per thread keep the load balanced).
-	run := max(1, nkv*chunks/(4*s.m.pool.threads()))
-	s.m.pool.run(nkv*chunks, run, func(w, lo, hi int) {
+	s.m.pool.run(nkv*chunks, s.groupRun(nkv*chunks), func(w, lo, hi int) {
 		buf := s.attnScratch[w][:need]
 		kf := buf[:P*hd]                     // keys of the group, one row per position
 		vf := buf[P*hd : P*hd+hd*Pp]         // values of the group, one row of Pp positions per channel
@@ -169,11 +171,7 @@ func (s *Session) attentionGemm(il, T, pos0 int) {
 	chunks := (T + gemmAttnChunk - 1) / gemmAttnChunk
 	need := P*hd + hd*Pp + gemmAttnChunk*Pp
 	s.attnScratchFor(need)
-	// Work items are (group, chunk) pairs, group-major; a call gets a run of them so that it
-	// gathers each group's keys and values once per run rather than once per chunk (about four
-	// runs per thread keep the load balanced).
-	run := max(1, nkv*chunks/(4*s.m.pool.threads()))
-	s.m.pool.run(nkv*chunks, run, func(w, lo, hi int) {
+	s.m.pool.run(nkv*chunks, s.groupRun(nkv*chunks), func(w, lo, hi int) {
 		buf := s.attnScratch[w][:need]
 		kf := buf[:P*hd]             // keys of the group, one row per position
 		vf := buf[P*hd : P*hd+hd*Pp] // values of the group, one row of Pp positions per channel

@@ -231,12 +231,8 @@ var kTiles = map[gguf.GGMLType]kernels.Type{
 var tilePool = sync.Pool{New: func() any { return new([]float32) }}
 
 // roundActs writes into dst the f32 values the T rows of x take after conversion to
-// activation type a (unrounded with FullPrecision).
+// activation type a (matmulGemm uses x in place when nothing is rounded).
 func (s *Session) roundActs(a actType, dst, x []float32, T, n int) {
-	if s.m.opts.FullPrecision || a == actF32 {
-		copy(dst, x[:T*n])
-		return
-	}
 	s.m.pool.run(T, 1, func(_, lo, hi int) {
 		for t := lo; t < hi; t++ {
 			a.roundTrip(dst[t*n:(t+1)*n], x[t*n:(t+1)*n])
