@@ -39,7 +39,7 @@ func Sgemm(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32,
 // computed concurrently by a caller's workers (each call packs its own panels), and together
 // they reproduce a single Sgemm call bit for bit.
 func SgemmRange(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, accumulate bool, i0, i1, j0, j1 int) error {
-	if err := checkSgemm(m, n, k, a, lda, b, ldb, c, ldc, i0, i1, j0, j1); err != nil {
+	if err := checkSgemm("Sgemm", m, n, k, a, lda, len(b), ldb, c, ldc, i0, i1, j0, j1); err != nil {
 		return err
 	}
 	if i0 == i1 || j0 == j1 {
@@ -63,24 +63,25 @@ func SgemmRange(m, n, k int, a []float32, lda int, b []float32, ldb int, c []flo
 	return nil
 }
 
-func checkSgemm(m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, i0, i1, j0, j1 int) error {
+// checkSgemm validates the arguments of fn (Sgemm, SgemmHalf): B holds nb values.
+func checkSgemm(fn string, m, n, k int, a []float32, lda int, nb, ldb int, c []float32, ldc int, i0, i1, j0, j1 int) error {
 	if m < 0 || n < 0 || k < 0 {
-		return fmt.Errorf("kernels: Sgemm: negative dimension m=%d n=%d k=%d", m, n, k)
+		return fmt.Errorf("kernels: %s: negative dimension m=%d n=%d k=%d", fn, m, n, k)
 	}
 	if lda < max(1, k) || ldb < max(1, k) || ldc < max(1, n) {
-		return fmt.Errorf("kernels: Sgemm: strides lda=%d ldb=%d ldc=%d too small for k=%d n=%d", lda, ldb, ldc, k, n)
+		return fmt.Errorf("kernels: %s: strides lda=%d ldb=%d ldc=%d too small for k=%d n=%d", fn, lda, ldb, ldc, k, n)
 	}
 	if i0 < 0 || i1 < i0 || i1 > m || j0 < 0 || j1 < j0 || j1 > n {
-		return fmt.Errorf("kernels: Sgemm: range [%d,%d)×[%d,%d) outside %d×%d", i0, i1, j0, j1, m, n)
+		return fmt.Errorf("kernels: %s: range [%d,%d)×[%d,%d) outside %d×%d", fn, i0, i1, j0, j1, m, n)
 	}
 	if !fitsMatrix(m, k, lda, len(a)) {
-		return fmt.Errorf("kernels: Sgemm: A has %d elements, too few for %d×%d with stride %d", len(a), m, k, lda)
+		return fmt.Errorf("kernels: %s: A has %d elements, too few for %d×%d with stride %d", fn, len(a), m, k, lda)
 	}
-	if !fitsMatrix(n, k, ldb, len(b)) {
-		return fmt.Errorf("kernels: Sgemm: B has %d elements, too few for %d×%d with stride %d", len(b), n, k, ldb)
+	if !fitsMatrix(n, k, ldb, nb) {
+		return fmt.Errorf("kernels: %s: B has %d elements, too few for %d×%d with stride %d", fn, nb, n, k, ldb)
 	}
 	if !fitsMatrix(m, n, ldc, len(c)) {
-		return fmt.Errorf("kernels: Sgemm: C has %d elements, too few for %d×%d with stride %d", len(c), m, n, ldc)
+		return fmt.Errorf("kernels: %s: C has %d elements, too few for %d×%d with stride %d", fn, len(c), m, n, ldc)
 	}
 	return nil
 }
@@ -135,14 +136,8 @@ func SgemmHalf(t Type, m, n, k int, a []float32, lda int, b []byte, ldb int, c [
 	if t != BF16 && t != F16 {
 		return fmt.Errorf("kernels: SgemmHalf: type %v is not bf16 or f16", t)
 	}
-	if m < 0 || n < 0 || k < 0 {
-		return fmt.Errorf("kernels: SgemmHalf: negative dimension m=%d n=%d k=%d", m, n, k)
-	}
-	if lda < max(1, k) || ldb < max(1, k) || ldc < max(1, n) {
-		return fmt.Errorf("kernels: SgemmHalf: strides lda=%d ldb=%d ldc=%d too small for k=%d n=%d", lda, ldb, ldc, k, n)
-	}
-	if !fitsMatrix(m, k, lda, len(a)) || !fitsMatrix(n, k, ldb, len(b)/2) || !fitsMatrix(m, n, ldc, len(c)) {
-		return fmt.Errorf("kernels: SgemmHalf: A (%d values), B (%d bytes) or C (%d values) too small for m=%d n=%d k=%d", len(a), len(b), len(c), m, n, k)
+	if err := checkSgemm("SgemmHalf", m, n, k, a, lda, len(b)/2, ldb, c, ldc, 0, m, 0, n); err != nil {
+		return err
 	}
 	if !useAsm() || m == 0 || n == 0 || k == 0 {
 		wb := make([]float32, n*k)
