@@ -84,7 +84,7 @@ func layerDescs(src WeightSource, il int) []modelsrc.TensorDesc {
 // halfType is the 16-bit type block weights are kept in when the checkpoint stores them so
 // (BF16 or F16, matrices only), 0 otherwise. Widening BF16 or F16 to float32 is exact, so the
 // forward computes the same bits as over float32 copies (infer's FullPrecision GEMM widens
-// weight tiles before the product) with half the memory.
+// the values while it packs them, kernels.SgemmHalf) with half the memory.
 func halfType(d modelsrc.TensorDesc) gguf.GGMLType {
 	if len(d.Shape) < 2 {
 		return 0
