@@ -21,6 +21,9 @@ type impScratch struct {
 	fst        [16]asymStats
 	a, b       [16]int32
 	subErr     [16]float64
+	lq         [8 * 32]int32  // codes of up to 8 candidates scored side by side, [i·8+lane]
+	le         [8]float64     // their errors
+	pe         [16][8]float64 // per sub-block, the errors of up to 8 super-scale pairs
 }
 
 // blockEncoder writes one improved block of type t for values x with true weights

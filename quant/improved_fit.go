@@ -385,6 +385,28 @@ func (s *asymStats) solve(nonPos bool) (d, m, err float64) {
 	return
 }
 
+// cannotBeat reports whether every error solve can return for s is certainly at least
+// bestE, so the coordinate descent can skip solving s. The test is exact in intent and
+// division-free: solve's error is at least the unconstrained least-squares minimum
+// E = sxx − P/Det (P = sw·sqx² − 2·sq·sqx·sx + sqq·sx², Det = sw·sqq − sq²; the constraints
+// d >= 0 and m <= 0 can only raise it), and E >= bestE ⇔ (sxx − bestE)·Det − P >= 0. It
+// answers true only when that margin exceeds 1e-9·sxx·sw·sqq, about a million times the
+// rounding error of both this test and solve's expanded error formula, and only for
+// well-conditioned sums (Det > 1e-6·sw·sqq); otherwise false, and the caller solves. So
+// skipping never changes which code the descent picks (TestCannotBeatAgreesWithSolve).
+func (s *asymStats) cannotBeat(bestE float64) bool {
+	scale := s.sw * s.sqq
+	det := scale - s.sq*s.sq
+	if !(det > 1e-6*scale) {
+		return false
+	}
+	p := s.sw*s.sqx*s.sqx - 2*s.sq*s.sqx*s.sx + s.sqq*s.sx*s.sx
+	return (s.sxx-bestE)*det-p > 1e-9*s.sxx*scale
+}
+
+// solveAll makes the descent solve every neighbour (tests compare it with the skipping).
+var solveAll bool
+
 // asymFit finds d >= 0, m (<= 0 when nonPos) and codes in 0..nmax minimising
 // Σ w·(x − (d·q + m))². tc lists level positions t for the first guesses
 // d = (max − min)/t. It returns d, m, the error and the final statistics.
@@ -612,6 +634,9 @@ func asymRefine(x, w []float32, nmax int32, nonPos bool, q []int32, memo *refine
 					s.sq += wi * (nv - cur)
 					s.sqq += wi * (nv*nv - cur*cur)
 					s.sqx += wi * xv * (nv - cur)
+					if !solveAll && s.cannotBeat(bestE) {
+						continue // solve's error would not be below bestE
+					}
 					if _, _, e := s.solve(nonPos); e < bestE {
 						bestE, bestQ, bS = e, nq, s
 					}

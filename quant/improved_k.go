@@ -18,6 +18,7 @@ import (
 	"slices"
 
 	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/quant/kernels"
 )
 
 type kAsymSpec struct {
@@ -48,16 +49,24 @@ func floorCeil(v float64, lo, hi int32) (int32, int32) {
 // scale fd, offset fm (<= 0) with statistics st, minimising the exact error increase
 // for fixed codes; D, Dm are the super-scales.
 func asymProxy(st *asymStats, fd, fm, D, Dm float64, smax int32) (a, b int32, cost float64) {
-	var a0, a1, b0, b1 int32
-	if D > 0 {
-		a0, a1 = floorCeil(fd/D, 0, smax)
+	a0, a1 := proxyInts(fd, D, smax)
+	b0, b1 := proxyInts(-fm, Dm, smax)
+	return asymProxyPick(st, fd, fm, D, Dm, [2]int32{a0, a1}, [2]int32{b0, b1})
+}
+
+// proxyInts returns the integers (0..smax) around v/S, or 0, 0 when S <= 0.
+func proxyInts(v, S float64, smax int32) (int32, int32) {
+	if S > 0 {
+		return floorCeil(v/S, 0, smax)
 	}
-	if Dm > 0 {
-		b0, b1 = floorCeil(-fm/Dm, 0, smax)
-	}
+	return 0, 0
+}
+
+// asymProxyPick is asymProxy for given candidate integers ac (of D) and bc (of Dm).
+func asymProxyPick(st *asymStats, fd, fm, D, Dm float64, ac, bc [2]int32) (a, b int32, cost float64) {
 	cost = math.Inf(1)
-	for _, ca := range [2]int32{a0, a1} {
-		for _, cb := range [2]int32{b0, b1} {
+	for _, ca := range ac {
+		for _, cb := range bc {
 			ds := D*float64(ca) - fd
 			do := -Dm*float64(cb) - fm
 			c := st.sqq*ds*ds + 2*st.sq*ds*do + st.sw*do*do
@@ -80,8 +89,11 @@ func f16Grid(vmax float64, smax int32, k int) float32 {
 // b under super-scales D, Dm exactly as the block will be decoded, and returns the
 // weighted error.
 func asymSubEval(xs, w []float32, D, Dm float32, a, b, nmax int32, q []int32) float64 {
-	ds := D * float32(a)
-	dm := Dm * float32(b)
+	return asymSubEvalDs(xs, w, D*float32(a), Dm*float32(b), nmax, q)
+}
+
+// asymSubEvalDs is asymSubEval for the decoded scale ds = D·a and min dm = Dm·b.
+func asymSubEvalDs(xs, w []float32, ds, dm float32, nmax int32, q []int32) float64 {
 	var e float64
 	for i, v := range xs {
 		var c int32
@@ -95,6 +107,23 @@ func asymSubEval(xs, w []float32, D, Dm float32, a, b, nmax int32, q []int32) fl
 	return e
 }
 
+// asymSubEvalLanes runs asymSubEvalDs for the nl <= 8 candidates (ds[l], dm[l]) of one
+// sub-block: e[l] gets candidate l's error and q[i·8+l] its code i. kernels.AsymSubEval8
+// computes all eight lanes at once with the same operations (so the same bits); without the
+// assembly the scalar loop runs per candidate.
+func asymSubEvalLanes(xs, w []float32, ds, dm *[8]float32, nl int, nmax int32, e *[8]float64, q []int32) {
+	if kernels.AsymSubEval8(xs, w, ds, dm, nmax, e, q) {
+		return
+	}
+	var c [QK_K]int32
+	for l := 0; l < nl; l++ {
+		e[l] = asymSubEvalDs(xs, w, ds[l], dm[l], nmax, c[:len(xs)])
+		for i := range xs {
+			q[i*8+l] = c[i]
+		}
+	}
+}
+
 func encAsymK(blk []byte, x, wt, wf []float32, s *impScratch, sp *kAsymSpec) {
 	n, sub := sp.nsub, sp.sub
 	var smaxV, mmaxV float64
@@ -105,26 +134,44 @@ func encAsymK(blk []byte, x, wt, wf []float32, s *impScratch, sp *kAsymSpec) {
 		smaxV = max(smaxV, d)
 		mmaxV = max(mmaxV, -m)
 	}
-	proxy := func(D, Dm float32) float64 {
+	// proxy sums asymProxy over the sub-blocks. Within a pass one of the super-scales is
+	// fixed, so its integer candidates per sub-block (fixed) are computed once per pass.
+	var fixed [16][2]int32
+	proxy := func(D, Dm float32, pass int) float64 {
 		var c float64
 		for j := 0; j < n; j++ {
-			_, _, cj := asymProxy(&s.fst[j], s.fd[j], s.fm[j], float64(D), float64(Dm), sp.smax)
+			var ac, bc [2]int32
+			if pass%2 == 0 {
+				ac[0], ac[1] = proxyInts(s.fd[j], float64(D), sp.smax)
+				bc = fixed[j]
+			} else {
+				ac = fixed[j]
+				bc[0], bc[1] = proxyInts(-s.fm[j], float64(Dm), sp.smax)
+			}
+			_, _, cj := asymProxyPick(&s.fst[j], s.fd[j], s.fm[j], float64(D), float64(Dm), ac, bc)
 			c += cj
 		}
 		return c
 	}
 	D, Dm := f16Grid(smaxV, sp.smax, 0), f16Grid(mmaxV, sp.smax, 0)
 	for pass := 0; pass < 3; pass++ {
-		best := proxy(D, Dm)
+		for j := 0; j < n; j++ {
+			if pass%2 == 0 {
+				fixed[j][0], fixed[j][1] = proxyInts(-s.fm[j], float64(Dm), sp.smax)
+			} else {
+				fixed[j][0], fixed[j][1] = proxyInts(s.fd[j], float64(D), sp.smax)
+			}
+		}
+		best := proxy(D, Dm, pass)
 		for k := 0; k < 16; k++ {
 			if pass%2 == 0 {
 				if c := f16Grid(smaxV, sp.smax, k); c != D {
-					if e := proxy(c, Dm); e < best {
+					if e := proxy(c, Dm, pass); e < best {
 						best, D = e, c
 					}
 				}
 			} else if c := f16Grid(mmaxV, sp.smax, k); c != Dm {
-				if e := proxy(D, c); e < best {
+				if e := proxy(D, c, pass); e < best {
 					best, Dm = e, c
 				}
 			}
@@ -190,7 +237,8 @@ func refineAsymK(x, wt []float32, s *impScratch, sp *kAsymSpec, D, Dm *float32) 
 				bc[1], bc[2] = floorCeil(-mo/float64(*Dm), 0, sp.smax)
 			}
 			// A pair tried before in this loop, or the pair it started from, is skipped: its
-			// error is the same as then, and the current error is at most that.
+			// error is the same as then, and the current error is at most that. The others
+			// (at most 8) are scored together, then accepted in order as one at a time would.
 			var tried [10][2]int32
 			tried[0] = [2]int32{s.a[j], s.b[j]}
 			nt := 1
@@ -201,13 +249,25 @@ func refineAsymK(x, wt []float32, s *impScratch, sp *kAsymSpec, D, Dm *float32) 
 					}
 					tried[nt] = [2]int32{ca, cb}
 					nt++
-					e := asymSubEval(xs, ws, *D, *Dm, ca, cb, sp.nmax, s.ctry[:sub])
-					if e < s.subErr[j] {
-						total += e - s.subErr[j]
-						s.subErr[j], s.a[j], s.b[j] = e, ca, cb
-						copy(s.codes[r:r+sub], s.ctry[:sub])
-						improved = true
+				}
+			}
+			if nt == 1 {
+				continue
+			}
+			var ds, dm [8]float32
+			for l := range ds {
+				p := tried[1+min(l, nt-2)]
+				ds[l], dm[l] = *D*float32(p[0]), *Dm*float32(p[1])
+			}
+			asymSubEvalLanes(xs, ws, &ds, &dm, nt-1, sp.nmax, &s.le, s.lq[:8*sub])
+			for l := 0; l < nt-1; l++ {
+				if e := s.le[l]; e < s.subErr[j] {
+					total += e - s.subErr[j]
+					s.subErr[j], s.a[j], s.b[j] = e, tried[1+l][0], tried[1+l][1]
+					for i := 0; i < sub; i++ {
+						s.codes[r+i] = s.lq[i*8+l]
 					}
+					improved = true
 				}
 			}
 		}
@@ -232,24 +292,53 @@ func refineAsymK(x, wt []float32, s *impScratch, sp *kAsymSpec, D, Dm *float32) 
 			dOpt := (svv*sux - suv*svx) / det
 			mOpt := (suu*svx - suv*sux) / det
 			bestD, bestDm, bestE := *D, *Dm, total
+			// the candidate pairs in order; with the lane kernel the first eight are scored for
+			// every sub-block together, a ninth one sub-block at a time as its sum needs it, and
+			// the sums then run as they would one pair at a time (index order, stopping once
+			// over the best)
+			var pd, pm [9]float32
+			np := 0
 			for _, hd := range f16Neighbours(FP32ToFP16(float32(max(dOpt, 0)))) {
 				for _, hm := range f16Neighbours(FP32ToFP16(float32(max(mOpt, 0)))) {
 					if !f16Finite(hd) || !f16Finite(hm) || hd&0x8000 != 0 || hm&0x8000 != 0 {
 						continue
 					}
-					cd, cm := fp16Table[hd], fp16Table[hm]
-					var e float64
-					for j := 0; j < n && e < bestE; j++ {
-						if cd == *D && cm == *Dm {
-							e += s.subErr[j] // what asymSubEval returns for the current scales
-							continue
-						}
+					pd[np], pm[np] = fp16Table[hd], fp16Table[hm]
+					np++
+				}
+			}
+			nl := min(np, 8)
+			if !kernels.HasLaneSearch() {
+				nl = 0 // without the lanes, score each pair only as far as its sum needs
+			}
+			if nl > 0 {
+				for j := 0; j < n; j++ {
+					var ds, dm [8]float32
+					fa, fb := float32(s.a[j]), float32(s.b[j])
+					for l := range ds {
+						p := min(l, nl-1)
+						ds[l], dm[l] = pd[p]*fa, pm[p]*fb
+					}
+					r := j * sub
+					asymSubEvalLanes(x[r:r+sub], wt[r:r+sub], &ds, &dm, nl, sp.nmax, &s.pe[j], s.lq[:8*sub])
+				}
+			}
+			for p := 0; p < np; p++ {
+				cd, cm := pd[p], pm[p]
+				var e float64
+				for j := 0; j < n && e < bestE; j++ {
+					switch {
+					case cd == *D && cm == *Dm:
+						e += s.subErr[j] // what asymSubEval returns for the current scales
+					case p < nl:
+						e += s.pe[j][p]
+					default:
 						r := j * sub
 						e += asymSubEval(x[r:r+sub], wt[r:r+sub], cd, cm, s.a[j], s.b[j], sp.nmax, s.ctry[:sub])
 					}
-					if e < bestE {
-						bestD, bestDm, bestE = cd, cm, e
-					}
+				}
+				if e < bestE {
+					bestD, bestDm, bestE = cd, cm, e
 				}
 			}
 			if bestE < total {

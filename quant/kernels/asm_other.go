@@ -84,3 +84,6 @@ func q0tQ8Z4x6(w *byte, rowBytes int, x *byte, xRowBytes int, xs *float32, xsStr
 func q4KGemvTile16x4VNNI(wt *byte, sm *int32, dd *float32, nb int, x *byte, xStride int, pk *int32, dx *float32, out *float32, ldOut int) {
 	panic(noAsm)
 }
+func asymSubEval8AVX2(x, w *float32, n int, ds, dm *[8]float32, nmax int32, e *[8]float64, q *int32) {
+	panic(noAsm)
+}

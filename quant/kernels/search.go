@@ -94,3 +94,21 @@ func QuantizeRowQ8_0Ref(dst []byte, x []float32) bool {
 	}
 	return true
 }
+
+// AsymSubEval8 scores up to eight (scale, min) candidates of one asymmetric sub-block side
+// by side, one per lane: lane l re-rounds every value x[i] as q = clamp(rne((x[i]+dm[l])/ds[l]),
+// 0, nmax) (q = 0 where ds[l] == 0), writes q to q[i·8+l] and sets e[l] to
+// Σ_i float64(w[i])·r·r in index order, with r = float64(x[i]) − float64(ds[l]·q − dm[l]) and
+// the products and the difference rounded to float32 as written. These are exactly the
+// operations of quant's scalar asymSubEval for that candidate, one rounding each and the sum
+// in the same order, so every lane's bits equal the scalar result; quant's tests compare the
+// two. It reports false, doing nothing, when the assembly is not in use or the lengths do not
+// fit (len(w) < len(x), len(q) < 8·len(x), len(x) == 0).
+func AsymSubEval8(x, w []float32, ds, dm *[8]float32, nmax int32, e *[8]float64, q []int32) bool {
+	n := len(x)
+	if !useAsm() || n == 0 || len(w) < n || len(q) < 8*n {
+		return false
+	}
+	asymSubEval8AVX2(&x[0], &w[0], n, ds, dm, nmax, e, &q[0])
+	return true
+}

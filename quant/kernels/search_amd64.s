@@ -346,3 +346,63 @@ qxLabels:
 	JB      qxLabels
 	VZEROUPPER
 	RET
+
+// func asymSubEval8AVX2(x, w *float32, n int, ds, dm *[8]float32, nmax int32, e *[8]float64, q *int32)
+// Lane l is one candidate (ds[l], dm[l]) of quant's asymSubEval: per element the same float32
+// operations (add, divide, nearest_int, clamp, multiply, subtract), then the float64 error
+// term (w·r)·r added to the lane's sum in index order. Y8/Y9 hold the sums of lanes 0-3/4-7.
+TEXT ·asymSubEval8AVX2(SB), NOSPLIT, $0-64
+	MOVQ    x+0(FP), SI
+	MOVQ    w+8(FP), DX
+	MOVQ    n+16(FP), CX
+	MOVQ    ds+24(FP), AX
+	VMOVUPS (AX), Y0                  // ds
+	MOVQ    dm+32(FP), AX
+	VMOVUPS (AX), Y1                  // dm
+	MOVL    nmax+40(FP), AX
+	VMOVD   AX, X7
+	VPBROADCASTD X7, Y7               // nmax
+	MOVQ    q+56(FP), DI
+	BCAST($0x4b400000, X15, Y15)      // 1.5·2^23
+	BCAST($0x007fffff, X14, Y14)
+	BCAST($0x00400000, X13, Y13)
+	VPXOR   Y6, Y6, Y6                // 0 (clamp low; ds == 0 test)
+	VCMPPS  $4, Y6, Y0, Y2            // ds != 0 (unordered: NaN counts as nonzero, as in Go)
+	VXORPD  Y8, Y8, Y8
+	VXORPD  Y9, Y9, Y9
+
+ase8Loop:
+	VBROADCASTSS (SI), Y10            // v
+	VADDPS    Y1, Y10, Y11            // v + dm
+	VDIVPS    Y0, Y11, Y11            // (v + dm) / ds
+	NEAREST(Y11, Y6, Y7)
+	VPAND     Y2, Y11, Y11            // q = 0 where ds == 0
+	VMOVDQU   Y11, (DI)
+	VCVTDQ2PS Y11, Y12
+	VMULPS    Y0, Y12, Y12            // ds·q
+	VSUBPS    Y1, Y12, Y12            // ds·q − dm
+	VCVTPS2PD X12, Y3                 // lanes 0-3 as float64
+	VEXTRACTF128 $1, Y12, X12
+	VCVTPS2PD X12, Y12                // lanes 4-7
+	VCVTPS2PD X10, Y10                // v as float64 (all lanes)
+	VSUBPD    Y3, Y10, Y3             // r = v − (ds·q − dm)
+	VSUBPD    Y12, Y10, Y12
+	VBROADCASTSS (DX), X4
+	VCVTPS2PD X4, Y4                  // w as float64
+	VMULPD    Y3, Y4, Y5              // w·r
+	VMULPD    Y3, Y5, Y5              // (w·r)·r
+	VADDPD    Y5, Y8, Y8
+	VMULPD    Y12, Y4, Y5
+	VMULPD    Y12, Y5, Y5
+	VADDPD    Y5, Y9, Y9
+	ADDQ      $4, SI
+	ADDQ      $4, DX
+	ADDQ      $32, DI
+	DECQ      CX
+	JNZ       ase8Loop
+
+	MOVQ    e+48(FP), AX
+	VMOVUPD Y8, (AX)
+	VMOVUPD Y9, 32(AX)
+	VZEROUPPER
+	RET
