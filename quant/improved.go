@@ -8,6 +8,7 @@ import (
 	"math"
 
 	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/quant/kernels"
 )
 
 type impScratch struct {
@@ -24,6 +25,7 @@ type impScratch struct {
 	lq         [8 * 32]int32  // codes of up to 8 candidates scored side by side, [i·8+lane]
 	le         [8]float64     // their errors
 	pe         [16][8]float64 // per sub-block, the errors of up to 8 super-scale pairs
+	proxy      kernels.ProxyLanes
 }
 
 // blockEncoder writes one improved block of type t for values x with true weights

@@ -135,10 +135,23 @@ func encAsymK(blk []byte, x, wt, wf []float32, s *impScratch, sp *kAsymSpec) {
 		mmaxV = max(mmaxV, -m)
 	}
 	// proxy sums asymProxy over the sub-blocks. Within a pass one of the super-scales is
-	// fixed, so its integer candidates per sub-block (fixed) are computed once per pass.
+	// fixed, so its integer candidates per sub-block (fixed) are computed once per pass;
+	// kernels.AsymProxy8 evaluates four sub-blocks per step (the same bits), the sum stays
+	// in index order.
 	var fixed [16][2]int32
+	pl := &s.proxy
+	for j := 0; j < n; j++ {
+		pl.Fd[j], pl.Fm[j] = s.fd[j], s.fm[j]
+		pl.Sqq[j], pl.Sq[j], pl.Sw[j] = s.fst[j].sqq, s.fst[j].sq, s.fst[j].sw
+	}
 	proxy := func(D, Dm float32, pass int) float64 {
 		var c float64
+		if kernels.AsymProxy8(pl, n, float64(D), float64(Dm), sp.smax, pass%2 == 0) {
+			for j := 0; j < n; j++ {
+				c += pl.Cost[j]
+			}
+			return c
+		}
 		for j := 0; j < n; j++ {
 			var ac, bc [2]int32
 			if pass%2 == 0 {
@@ -161,6 +174,7 @@ func encAsymK(blk []byte, x, wt, wf []float32, s *impScratch, sp *kAsymSpec) {
 			} else {
 				fixed[j][0], fixed[j][1] = proxyInts(s.fd[j], float64(D), sp.smax)
 			}
+			pl.Fixed0[j], pl.Fixed1[j] = float64(fixed[j][0]), float64(fixed[j][1])
 		}
 		best := proxy(D, Dm, pass)
 		for k := 0; k < 16; k++ {

@@ -160,3 +160,74 @@ func TestDescentSkipSameBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestAsymProxyLanes: kernels.AsymProxy8 gives every sub-block the bits of the scalar
+// asymProxy (proxyInts, then asymProxyPick) for both passes, with zero, tiny and huge
+// super-scales and fits at or beyond the integer range.
+func TestAsymProxyLanes(t *testing.T) {
+	if !kernels.HasAsm() {
+		t.Skip("no assembly kernels on this machine/build: only the scalar loop runs")
+	}
+	r := rand.New(rand.NewPCG(12, 13))
+	var p kernels.ProxyLanes
+	checked := 0
+	for it := 0; it < 4000; it++ {
+		n := []int{8, 16, 4}[it%3]
+		smax := []int32{63, 15}[it%2]
+		var st [16]asymStats
+		for j := 0; j < n; j++ {
+			p.Fd[j] = r.ExpFloat64() * math.Exp(r.NormFloat64())
+			p.Fm[j] = -r.ExpFloat64() * math.Exp(r.NormFloat64())
+			switch r.IntN(10) {
+			case 0:
+				p.Fd[j] = 0
+			case 1:
+				p.Fm[j] = 0
+			case 2:
+				p.Fd[j] *= 1e3 // beyond smax
+			case 3:
+				p.Fm[j] = -p.Fm[j] // a positive offset: no min
+			}
+			st[j] = asymStats{sw: r.ExpFloat64() * 32, sqq: r.ExpFloat64() * 500, sq: r.ExpFloat64() * 100}
+			p.Sqq[j], p.Sq[j], p.Sw[j] = st[j].sqq, st[j].sq, st[j].sw
+			p.Fixed0[j] = float64(r.Int32N(smax + 1))
+			p.Fixed1[j] = min(p.Fixed0[j]+1, float64(smax))
+		}
+		D := float64(roundF16(float32(r.ExpFloat64() / float64(smax))))
+		Dm := float64(roundF16(float32(r.ExpFloat64() / float64(smax))))
+		switch r.IntN(8) {
+		case 0:
+			D = 0
+		case 1:
+			Dm = 0
+		case 2:
+			D = 6e-8 // the smallest fp16 subnormal
+		}
+		for _, varyD := range []bool{true, false} {
+			if !kernels.AsymProxy8(&p, n, D, Dm, smax, varyD) {
+				t.Fatal("AsymProxy8 did not run")
+			}
+			for j := 0; j < n; j++ {
+				fix := [2]int32{int32(p.Fixed0[j]), int32(p.Fixed1[j])}
+				var ac, bc [2]int32
+				if varyD {
+					ac[0], ac[1] = proxyInts(p.Fd[j], D, smax)
+					bc = fix
+				} else {
+					ac = fix
+					bc[0], bc[1] = proxyInts(-p.Fm[j], Dm, smax)
+				}
+				_, _, want := asymProxyPick(&st[j], p.Fd[j], p.Fm[j], D, Dm, ac, bc)
+				if math.Float64bits(p.Cost[j]) != math.Float64bits(want) {
+					t.Fatalf("it %d sub-block %d varyD %v (D %g, Dm %g, fd %g, fm %g): cost %v, scalar %v",
+						it, j, varyD, D, Dm, p.Fd[j], p.Fm[j], p.Cost[j], want)
+				}
+				checked++
+			}
+		}
+	}
+	if kernels.AsymProxy8(&p, 6, 1, 1, 63, true) {
+		t.Error("AsymProxy8 ran for 6 sub-blocks")
+	}
+	t.Logf("%d sub-blocks checked", checked)
+}

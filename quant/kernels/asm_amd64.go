@@ -192,3 +192,8 @@ func q4KGemvTile16x4VNNI(wt *byte, sm *int32, dd *float32, nb int, x *byte, xStr
 //
 //go:noescape
 func asymSubEval8AVX2(x, w *float32, n int, ds, dm *[8]float32, nmax int32, e *[8]float64, q *int32)
+
+// asymProxyAVX2 is AsymProxy8's kernel (search_amd64.s).
+//
+//go:noescape
+func asymProxyAVX2(p *ProxyLanes, n int, D, Dm, smax float64, varyD, sPos int)

@@ -112,3 +112,36 @@ func AsymSubEval8(x, w []float32, ds, dm *[8]float32, nmax int32, e *[8]float64,
 	asymSubEval8AVX2(&x[0], &w[0], n, ds, dm, nmax, e, &q[0])
 	return true
 }
+
+// ProxyLanes is the state of AsymProxy8: per sub-block j (up to 16) the fitted scale Fd[j]
+// and offset Fm[j], the code statistics Sqq, Sq, Sw, and the integer candidates of the
+// super-scale that stays fixed (Fixed0/Fixed1: the mins' when the scale varies, the scales'
+// otherwise); the kernel writes each sub-block's cost to Cost.
+type ProxyLanes struct {
+	Fd, Fm, Sqq, Sq, Sw [16]float64
+	Fixed0, Fixed1      [16]float64
+	Cost                [16]float64
+}
+
+// AsymProxy8 evaluates quant's asymProxy for sub-blocks 0..n-1 (n a multiple of 4, at most
+// 16) under super-scales D, Dm, four sub-blocks per AVX2 step with the scalar operations per
+// lane: the varying scale's integers around Fd[j]/D (varyD) or −Fm[j]/Dm (otherwise), 0 and
+// 0 when that scale is not positive, clamped to 0..smax as floorCeil does; the fixed
+// scale's from Fixed0/Fixed1; Cost[j] the least of the four costs
+// sqq·ds² + 2·sq·ds·do + sw·do² in asymProxy's order (ds = D·a − fd, do = −Dm·b − fm), the
+// same bits as the scalar loop. It reports false, doing nothing, when the assembly is not
+// in use or n is not a multiple of 4 in 4..16.
+func AsymProxy8(p *ProxyLanes, n int, D, Dm float64, smax int32, varyD bool) bool {
+	if !useAsm() || n < 4 || n > 16 || n%4 != 0 {
+		return false
+	}
+	vd, pos, S := 0, 0, Dm
+	if varyD {
+		vd, S = 1, D
+	}
+	if S > 0 {
+		pos = 1
+	}
+	asymProxyAVX2(p, n, D, Dm, float64(smax), vd, pos)
+	return true
+}

@@ -406,3 +406,120 @@ ase8Loop:
 	VMOVUPD Y9, 32(AX)
 	VZEROUPPER
 	RET
+
+// ProxyLanes field offsets (search.go; TestProxyLanesLayout checks them).
+#define PFD 0
+#define PFM 128
+#define PSQQ 256
+#define PSQ 384
+#define PSW 512
+#define PFIX0 640
+#define PFIX1 768
+#define PCOST 896
+
+DATA pxOne<>+0(SB)/8, $0x3ff0000000000000
+GLOBL pxOne<>(SB), RODATA|NOPTR, $8
+
+// PCOSTOF(a, b) takes into Y0 (the least cost so far) the cost of integer candidates a (of
+// D, Y12) and b (of −Dm, Y13) for the four sub-blocks whose fd, fm, sqq, 2·sq, sw are in
+// Y1..Y5, as asymProxy writes it: ((sqq·ds)·ds + ((2·sq)·ds)·do) + (sw·do)·do with
+// ds = D·a − fd, do = (−Dm)·b − fm; then Y0 = c < Y0 ? c : Y0 (VMINPD), asymProxy's
+// "if c < cost". a and b may be memory operands.
+#define PCOSTOF(a, b) \
+	VMULPD a, Y12, Y6  \
+	VSUBPD Y1, Y6, Y6  \
+	VMULPD b, Y13, Y7  \
+	VSUBPD Y2, Y7, Y7  \
+	VMULPD Y3, Y6, Y8  \
+	VMULPD Y6, Y8, Y8  \
+	VMULPD Y4, Y6, Y9  \
+	VMULPD Y7, Y9, Y9  \
+	VADDPD Y9, Y8, Y8  \
+	VMULPD Y5, Y7, Y9  \
+	VMULPD Y7, Y9, Y9  \
+	VADDPD Y9, Y8, Y9  \
+	VMINPD Y0, Y9, Y0
+
+// func asymProxyAVX2(p *ProxyLanes, n int, D, Dm, smax float64, varyD, sPos int)
+// Y12 = D, Y13 = −Dm, Y14 = smax, Y15 = +Inf. Per group of four sub-blocks the varying
+// scale's integers go to Y10/Y11: floorCeil(v/S, 0, smax) with v, S = fd, D (varyD) or −fm,
+// Dm, and 0, 0 when S is not positive; the fixed scale's are read from Fixed0/Fixed1.
+TEXT ·asymProxyAVX2(SB), NOSPLIT, $0-56
+	MOVQ         p+0(FP), DI
+	MOVQ         n+8(FP), CX
+	VBROADCASTSD D+16(FP), Y12
+	VBROADCASTSD Dm+24(FP), Y13
+	VBROADCASTSD smax+32(FP), Y14
+	MOVQ         varyD+40(FP), DX
+	MOVQ         $0x7ff0000000000000, AX
+	VMOVQ        AX, X15
+	VBROADCASTSD X15, Y15
+	MOVQ         $0x8000000000000000, AX
+	VMOVQ        AX, X0
+	VBROADCASTSD X0, Y0               // sign bit
+	MOVQ         sPos+48(FP), R9      // the varying scale is positive
+	VXORPD Y0, Y13, Y13               // −Dm (sign flip, exact)
+	XORQ   BX, BX
+
+pxLoop:
+	VMOVUPD PFD(DI)(BX*1), Y1
+	VMOVUPD PFM(DI)(BX*1), Y2
+	VMOVUPD PSQQ(DI)(BX*1), Y3
+	VMOVUPD PSQ(DI)(BX*1), Y4
+	VADDPD  Y4, Y4, Y4                // 2·sq (exact)
+	VMOVUPD PSW(DI)(BX*1), Y5
+	VXORPD  Y10, Y10, Y10
+	VXORPD  Y11, Y11, Y11
+	TESTQ   R9, R9
+	JZ      pxInts                    // varying scale not positive: integers 0, 0
+	TESTQ   DX, DX
+	JZ      pxMins
+	VDIVPD  Y12, Y1, Y6               // u = fd / D
+	JMP     pxFloor
+
+pxMins:
+	MOVQ         $0x8000000000000000, AX
+	VMOVQ        AX, X7
+	VBROADCASTSD X7, Y7
+	VXORPD       Y7, Y2, Y6           // −fm
+	VXORPD       Y7, Y13, Y7          // Dm
+	VDIVPD       Y7, Y6, Y6           // u = −fm / Dm
+
+pxFloor:
+	// floorCeil(u, 0, smax): !(u > 0): 0, 0; !(u < smax): smax, smax; else ⌊u⌋, ⌊u⌋+1
+	VROUNDPD     $9, Y6, Y10          // ⌊u⌋
+	VBROADCASTSD pxOne<>(SB), Y11
+	VADDPD       Y11, Y10, Y11        // ⌊u⌋ + 1
+	VCMPPD       $0x01, Y14, Y6, Y7   // u < smax (ordered)
+	VBLENDVPD    Y7, Y10, Y14, Y10
+	VBLENDVPD    Y7, Y11, Y14, Y11
+	VXORPD       Y9, Y9, Y9
+	VCMPPD       $0x0e, Y9, Y6, Y7    // u > 0 (ordered)
+	VBLENDVPD    Y7, Y10, Y9, Y10
+	VBLENDVPD    Y7, Y11, Y9, Y11
+
+pxInts:
+	VMOVAPD Y15, Y0
+	TESTQ   DX, DX
+	JZ      pxFixA
+	// the scale varies: a ∈ {Y10, Y11}, b ∈ {Fixed0, Fixed1}
+	PCOSTOF(Y10, PFIX0(DI)(BX*1))
+	PCOSTOF(Y10, PFIX1(DI)(BX*1))
+	PCOSTOF(Y11, PFIX0(DI)(BX*1))
+	PCOSTOF(Y11, PFIX1(DI)(BX*1))
+	JMP     pxStore
+
+pxFixA:
+	// the min varies: a ∈ {Fixed0, Fixed1}, b ∈ {Y10, Y11}
+	PCOSTOF(PFIX0(DI)(BX*1), Y10)
+	PCOSTOF(PFIX0(DI)(BX*1), Y11)
+	PCOSTOF(PFIX1(DI)(BX*1), Y10)
+	PCOSTOF(PFIX1(DI)(BX*1), Y11)
+
+pxStore:
+	VMOVUPD Y0, PCOST(DI)(BX*1)
+	ADDQ    $32, BX
+	SUBQ    $4, CX
+	JNZ     pxLoop
+	VZEROUPPER
+	RET

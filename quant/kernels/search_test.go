@@ -40,3 +40,20 @@ func TestLaneStateLayout(t *testing.T) {
 		}
 	}
 }
+
+// TestProxyLanesLayout: the offsets search_amd64.s uses for ProxyLanes.
+func TestProxyLanesLayout(t *testing.T) {
+	var p ProxyLanes
+	for _, c := range []struct {
+		name      string
+		got, want uintptr
+	}{
+		{"Fd", unsafe.Offsetof(p.Fd), 0}, {"Fm", unsafe.Offsetof(p.Fm), 128}, {"Sqq", unsafe.Offsetof(p.Sqq), 256},
+		{"Sq", unsafe.Offsetof(p.Sq), 384}, {"Sw", unsafe.Offsetof(p.Sw), 512}, {"Fixed0", unsafe.Offsetof(p.Fixed0), 640},
+		{"Fixed1", unsafe.Offsetof(p.Fixed1), 768}, {"Cost", unsafe.Offsetof(p.Cost), 896},
+	} {
+		if c.got != c.want {
+			t.Errorf("ProxyLanes.%s at %d, the assembly uses %d", c.name, c.got, c.want)
+		}
+	}
+}
