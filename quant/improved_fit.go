@@ -13,6 +13,7 @@ package quant
 //            least squares / re-rounding and coordinate descent on the codes.
 
 import (
+	"github.com/tq-project/tq/quant/kernels"
 	"math"
 	"slices"
 )
@@ -458,10 +459,25 @@ func asymFit(x, w []float32, nmax int32, nonPos bool, tc []float32, codes, tmp [
 			}
 		}
 	}
-	// Two candidates per pass over x: each candidate's sums take the same operations in the
-	// same order as a pass of its own (so the same bits), but the two dependency chains
-	// overlap. They are ranked in tc's order.
+	// With the lane kernel, eight candidates per pass over x (kernels.AsymScore8, the scalar
+	// operations per lane); without it two per pass: each candidate's sums take the same
+	// operations in the same order as a pass of its own (so the same bits), but the two
+	// dependency chains overlap. They are ranked in tc's order.
 	c := 0
+	if kernels.HasLaneSearch() {
+		var id [8]float32
+		var sums [24]float32
+		for ; c < len(tc); c += 8 {
+			nl := min(8, len(tc)-c)
+			for l := range id {
+				id[l] = tc[c+min(l, nl-1)] / rng
+			}
+			kernels.AsymScore8(x, w, mn, &id, nmax, &sums)
+			for l := 0; l < nl; l++ {
+				rank(tc[c+l], sums[l], sums[8+l], sums[16+l])
+			}
+		}
+	}
 	for ; c+2 <= len(tc); c += 2 {
 		id0, id1 := tc[c]/rng, tc[c+1]/rng
 		var sq0, sqq0, sqx0, sq1, sqq1, sqx1 float32
@@ -491,20 +507,7 @@ func asymFit(x, w []float32, nmax int32, nonPos bool, tc []float32, codes, tmp [
 		rank(tc[c+1], sq1, sqq1, sqx1)
 	}
 	if c < len(tc) {
-		id := tc[c] / rng
-		var sq, sqq, sqx float32
-		for i, v := range x {
-			q := float32(nearestInt((v - mn) * id))
-			if q < 0 {
-				q = 0
-			} else if q > fmax {
-				q = fmax
-			}
-			wq := w[i] * q
-			sq += wq
-			sqq += wq * q
-			sqx += wq * v
-		}
+		sq, sqq, sqx := asymScore1(x, w, mn, tc[c]/rng, fmax)
 		rank(tc[c], sq, sqq, sqx)
 	}
 	err = math.Inf(1)
@@ -528,6 +531,24 @@ func asymFit(x, w []float32, nmax int32, nonPos bool, tc []float32, codes, tmp [
 		return 0, 0, 0, st
 	}
 	return d, m, err, st
+}
+
+// asymScore1 returns asymFit's float32 sums Σw·q, Σ(w·q)·q and Σ(w·q)·x of one first guess
+// (q = clamp(nearest_int((x − mn)·id), 0, fmax)), in index order.
+func asymScore1(x, w []float32, mn, id, fmax float32) (sq, sqq, sqx float32) {
+	for i, v := range x {
+		q := float32(nearestInt((v - mn) * id))
+		if q < 0 {
+			q = 0
+		} else if q > fmax {
+			q = fmax
+		}
+		wq := w[i] * q
+		sq += wq
+		sqq += wq * q
+		sqx += wq * v
+	}
+	return
 }
 
 // refineMemo remembers, for the candidates of one asymFit or symFit call, the codes each

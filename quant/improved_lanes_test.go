@@ -231,3 +231,45 @@ func TestAsymProxyLanes(t *testing.T) {
 	}
 	t.Logf("%d sub-blocks checked", checked)
 }
+
+// TestAsymScoreLanes: kernels.AsymScore8 gives every lane the bits of asymScore1, for the
+// first guesses asymFit makes and for scales that push codes far outside 0..nmax.
+func TestAsymScoreLanes(t *testing.T) {
+	if !kernels.HasAsm() {
+		t.Skip("no assembly kernels on this machine/build: only the scalar loop runs")
+	}
+	r := rand.New(rand.NewPCG(14, 15))
+	var out [24]float32
+	for it := 0; it < 3000; it++ {
+		n := []int{32, 16, 1, 5}[it%4]
+		nmax := []int32{15, 31, 3}[it%3]
+		x := make([]float32, n)
+		w := make([]float32, n)
+		mn := float32(math.Inf(1))
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * math.Exp(2*r.NormFloat64()))
+			w[i] = float32(r.ExpFloat64())
+			if r.IntN(20) == 0 {
+				w[i] = 0
+			}
+			mn = min(mn, x[i])
+		}
+		if it%7 == 0 {
+			mn += float32(r.NormFloat64()) // codes below 0 and above nmax
+		}
+		var id [8]float32
+		for l := range id {
+			id[l] = float32(float64(nmax) * math.Exp(r.NormFloat64()) / (1 + r.ExpFloat64()))
+		}
+		if !kernels.AsymScore8(x, w, mn, &id, nmax, &out) {
+			t.Fatal("AsymScore8 did not run")
+		}
+		for l := range id {
+			sq, sqq, sqx := asymScore1(x, w, mn, id[l], float32(nmax))
+			if math.Float32bits(out[l]) != math.Float32bits(sq) || math.Float32bits(out[8+l]) != math.Float32bits(sqq) ||
+				math.Float32bits(out[16+l]) != math.Float32bits(sqx) {
+				t.Fatalf("it %d lane %d: sums %v %v %v, scalar %v %v %v", it, l, out[l], out[8+l], out[16+l], sq, sqq, sqx)
+			}
+		}
+	}
+}

@@ -197,3 +197,8 @@ func asymSubEval8AVX2(x, w *float32, n int, ds, dm *[8]float32, nmax int32, e *[
 //
 //go:noescape
 func asymProxyAVX2(p *ProxyLanes, n int, D, Dm, smax float64, varyD, sPos int)
+
+// asymScore8AVX2 is AsymScore8's kernel (search_amd64.s); n >= 1.
+//
+//go:noescape
+func asymScore8AVX2(x, w *float32, n int, mn float32, id *[8]float32, nmax int32, out *[24]float32)

@@ -90,3 +90,6 @@ func asymSubEval8AVX2(x, w *float32, n int, ds, dm *[8]float32, nmax int32, e *[
 func asymProxyAVX2(p *ProxyLanes, n int, D, Dm, smax float64, varyD, sPos int) {
 	panic(noAsm)
 }
+func asymScore8AVX2(x, w *float32, n int, mn float32, id *[8]float32, nmax int32, out *[24]float32) {
+	panic(noAsm)
+}

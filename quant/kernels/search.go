@@ -145,3 +145,17 @@ func AsymProxy8(p *ProxyLanes, n int, D, Dm float64, smax int32, varyD bool) boo
 	asymProxyAVX2(p, n, D, Dm, float64(smax), vd, pos)
 	return true
 }
+
+// AsymScore8 computes the float32 code sums of up to eight first guesses of quant's asymFit
+// side by side, one per lane: lane l rounds every value as
+// q = clamp(nearest_int((x[i] − mn)·id[l]), 0, nmax) and accumulates, in index order,
+// sq += w·q, sqq += (w·q)·q and sqx += (w·q)·x[i] (one rounding each, no FMA), written to
+// out[l], out[8+l] and out[16+l]: the scalar loop's operations, so the same bits. It reports
+// false, doing nothing, when the assembly is not in use or len(w) < len(x) or len(x) == 0.
+func AsymScore8(x, w []float32, mn float32, id *[8]float32, nmax int32, out *[24]float32) bool {
+	if !useAsm() || len(x) == 0 || len(w) < len(x) {
+		return false
+	}
+	asymScore8AVX2(&x[0], &w[0], len(x), mn, id, nmax, out)
+	return true
+}

@@ -523,3 +523,48 @@ pxStore:
 	JNZ     pxLoop
 	VZEROUPPER
 	RET
+
+// func asymScore8AVX2(x, w *float32, n int, mn float32, id *[8]float32, nmax int32, out *[24]float32)
+// Lane l is one first guess id[l] of quant's asymFit: Y0 sq, Y1 sqq, Y2 sqx (from 0).
+TEXT ·asymScore8AVX2(SB), NOSPLIT, $0-56
+	MOVQ         x+0(FP), SI
+	MOVQ         w+8(FP), DX
+	MOVQ         n+16(FP), CX
+	VBROADCASTSS mn+24(FP), Y3
+	MOVQ         id+32(FP), AX
+	VMOVUPS      (AX), Y4
+	MOVL         nmax+40(FP), AX
+	VMOVD        AX, X12
+	VPBROADCASTD X12, Y12
+	VPXOR        Y11, Y11, Y11
+	BCAST($0x4b400000, X15, Y15)      // 1.5·2^23
+	BCAST($0x007fffff, X14, Y14)
+	BCAST($0x00400000, X13, Y13)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+
+asLoop:
+	VBROADCASTSS (SI), Y5             // v
+	VSUBPS       Y3, Y5, Y6           // v − mn
+	VMULPS       Y4, Y6, Y6           // (v − mn)·id
+	NEAREST(Y6, Y11, Y12)
+	VCVTDQ2PS    Y6, Y6               // q
+	VBROADCASTSS (DX), Y7             // w
+	VMULPS       Y6, Y7, Y7           // wq = w·q
+	VADDPS       Y7, Y0, Y0           // sq += wq
+	VMULPS       Y6, Y7, Y8
+	VADDPS       Y8, Y1, Y1           // sqq += wq·q
+	VMULPS       Y5, Y7, Y8
+	VADDPS       Y8, Y2, Y2           // sqx += wq·v
+	ADDQ         $4, SI
+	ADDQ         $4, DX
+	DECQ         CX
+	JNZ          asLoop
+
+	MOVQ    out+48(FP), AX
+	VMOVUPS Y0, (AX)
+	VMOVUPS Y1, 32(AX)
+	VMOVUPS Y2, 64(AX)
+	VZEROUPPER
+	RET
