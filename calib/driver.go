@@ -160,9 +160,12 @@ type Result struct {
 	// HessianDir is the directory of the input Gram matrices ("" when not collected).
 	HessianDir string `json:"hessian_dir,omitempty"`
 	// EstimatedBytes is the memory accounted besides hidden states.
-	EstimatedBytes int64    `json:"estimated_bytes"`
-	Warnings       []string `json:"warnings,omitempty"`
-	Stats          *Stats   `json:"-"`
+	EstimatedBytes int64 `json:"estimated_bytes"`
+	// PackedWeightBytes is the memory the forward keeps a block's 16-bit matrices in, packed
+	// for the GEMM across the sequences (0: not kept, when the memory budget has no room).
+	PackedWeightBytes int64    `json:"packed_weight_bytes,omitempty"`
+	Warnings          []string `json:"warnings,omitempty"`
+	Stats             *Stats   `json:"-"`
 }
 
 // ErrKLMethod explains why only MSE calibration is offered.
@@ -376,15 +379,29 @@ func Calibrate(ctx context.Context, modelDir string, opts Options) (*Result, err
 	if r.hess != nil {
 		est += r.hess.bytes
 	}
+	// The forward keeps a block's 16-bit matrices packed for the GEMM across the sequences
+	// (infer's PackWeights) only with memory to spare: no budget, or room for it beside
+	// everything above and all hidden states. It is reported apart from EstimatedBytes.
+	var packed int64
+	if pb := r.packBytes(); pb > 0 {
+		var hidden int64
+		for _, s := range opts.Sequences {
+			hidden += 4 * int64(len(s.Tokens)) * int64(r.cfg.NEmbd)
+		}
+		if opts.MemoryBudget <= 0 || est+pb+hidden <= opts.MemoryBudget {
+			r.runner.SetPackWeights(true)
+			packed = pb
+		}
+	}
 	if opts.MemoryBudget > 0 {
-		ram = opts.MemoryBudget - est
+		ram = opts.MemoryBudget - est - packed
 		// The Go runtime's soft limit covers the memory it manages; leave room for what it does
 		// not (the binary's mapped text and data, C allocations).
 		prev := debug.SetMemoryLimit(opts.MemoryBudget - min(32<<20, opts.MemoryBudget/8))
 		defer debug.SetMemoryLimit(prev)
 	}
 
-	res := &Result{EstimatedBytes: est}
+	res := &Result{EstimatedBytes: est, PackedWeightBytes: packed}
 	if err := r.openCheckpoint(ram); err != nil {
 		return nil, err
 	}

@@ -436,13 +436,19 @@ func TestHessianBudgetFallback(t *testing.T) {
 	dir := genModel(t, o)
 	seqs := randSeqs(5, 2, vocabOf(t, dir), 30, 60, 64)
 	base := Options{Sequences: seqs, Threads: 2, NoBaseline: true, NoSensitivity: true, NoHessians: true}
-	est := calibrate(t, dir, base).EstimatedBytes
+	r0 := calibrate(t, dir, base)
+	est := r0.EstimatedBytes
 	var warned []string
 	opts := base
 	opts.NoHessians = false
 	opts.MemoryBudget = est + gramWriteBytes + 2*gramAccBytes(256, 2) + 1024
 	opts.Warn = func(s string) { warned = append(warned, s) }
 	res := calibrate(t, dir, opts)
+	// without a budget the forward keeps the BF16 matrices packed; a budget without room for
+	// them beside the Gram matrices does not
+	if r0.PackedWeightBytes <= 0 || res.PackedWeightBytes != 0 {
+		t.Errorf("packed weights: %d bytes without a budget, %d with a tight one", r0.PackedWeightBytes, res.PackedWeightBytes)
+	}
 	if w := strings.Join(warned, "\n"); !strings.Contains(w, "memory budget: ffn_down_in (block 0)") ||
 		!strings.Contains(w, "memory budget: attn_output_in (block 0)") {
 		t.Fatalf("warnings %q do not name the dropped inputs", w)

@@ -42,6 +42,25 @@ func (r *run) estimate() int64 {
 	return wmax + 4*floats + stats + runtimeBase + metadataBytes(r.md)
 }
 
+// packBytes is the most memory infer's PackWeights takes for one block: every 16-bit matrix
+// widened to float32 (twice its bytes), each tile of up to 64 rows padded to 16 rows.
+func (r *run) packBytes() int64 {
+	var most int64
+	for il := 0; il < r.cfg.NLayer; il++ {
+		var n int64
+		for _, d := range layerDescs(r.src, il) {
+			if halfType(d) == 0 {
+				continue
+			}
+			rows := elements(d.Shape) / d.Shape[0]
+			tiles := (rows + 63) / 64
+			n += 4*elements(d.Shape) + tiles*15*4*d.Shape[0]
+		}
+		most = max(most, n)
+	}
+	return most
+}
+
 // gramWriteBytes is the memory of writing a Gram file (chunk buffers and the zstd encoder),
 // accounted once when any input gets a full Gram matrix. The accumulators themselves
 // (gramAccBytes per full input of the largest step) are added by planHessians, which keeps

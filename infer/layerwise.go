@@ -92,6 +92,10 @@ func NewLayerRunner(src Source, opts Options) (*LayerRunner, error) {
 // Config returns the model's hyperparameters (NLayer is the model's full depth).
 func (r *LayerRunner) Config() *Config { return r.full }
 
+// SetPackWeights turns Options.PackWeights on or off for the products that follow (the
+// caller accounts for the memory: twice the loaded block's 16-bit matrices).
+func (r *LayerRunner) SetPackWeights(on bool) { r.m.opts.PackWeights = on }
+
 // Options returns the options in effect (defaults filled in).
 func (r *LayerRunner) Options() Options { return r.m.opts }
 

@@ -2,8 +2,10 @@ package infer
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/quant/kernels"
 )
 
 // linear is a weight matrix of `out` rows of `in` elements (ggml ne {in, out}), or a stack of
@@ -16,6 +18,12 @@ type linear struct {
 	rowBytes int
 	data     []byte
 	k        *kernel
+
+	// packed holds, with Options.PackWeights, each gemmTile-row tile of a 16-bit matrix
+	// widened and packed after its first product ([e·tiles + tile]); mu guards its allocation
+	// (a block's experts may multiply concurrently).
+	mu     sync.Mutex
+	packed []*kernels.PackedHalf
 }
 
 // row returns the bytes of row r of matrix e.

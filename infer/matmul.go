@@ -253,6 +253,15 @@ func (s *Session) matmulGemm(l *linear, e int, x []float32, T int, y []float32, 
 		s.roundActs(l.k.act, xr, x, T, n)
 	}
 	nt := (out + gemmTile - 1) / gemmTile
+	var packed []*kernels.PackedHalf
+	if m.opts.PackWeights && m.opts.FullPrecision && !lanes8 && (l.t == gguf.TypeBF16 || l.t == gguf.TypeF16) {
+		l.mu.Lock()
+		if l.packed == nil {
+			l.packed = make([]*kernels.PackedHalf, l.nmat*nt)
+		}
+		packed = l.packed[e*nt : (e+1)*nt]
+		l.mu.Unlock()
+	}
 	m.pool.run(nt, 1, func(_, lo, hi int) {
 		bp := tilePool.Get().(*[]float32)
 		if cap(*bp) < gemmTile*n {
@@ -277,10 +286,23 @@ func (s *Session) matmulGemm(l *linear, e int, x []float32, T int, y []float32, 
 			}
 			if !lanes8 && (l.t == gguf.TypeBF16 || l.t == gguf.TypeF16) {
 				// 16-bit float weights are widened while the GEMM packs them (exact, so the
-				// same bits as a float32 copy)
+				// same bits as a float32 copy); with PackWeights the packed tile is kept
 				ht := kernels.BF16
 				if l.t == gguf.TypeF16 {
 					ht = kernels.F16
+				}
+				if packed != nil {
+					p := packed[ti]
+					if p == nil {
+						var err error
+						if p, err = kernels.PackHalf(ht, r1-r0, n, raw, n); err != nil {
+							panic(err) // shapes are ours
+						}
+						packed[ti] = p // each tile has one worker per call; calls are ordered by the pool
+					}
+					if kernels.SgemmPackedHalf(T, xr, n, p, y[r0:], out, false) == nil {
+						continue
+					} // packed for the assembly, which tests have since turned off: unpacked below
 				}
 				if err := kernels.SgemmHalf(ht, T, r1-r0, n, xr, n, raw, n, y[r0:], out, false); err != nil {
 					panic(err) // shapes are ours

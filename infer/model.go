@@ -24,6 +24,11 @@ type Options struct {
 	// calibration and reference runs want. By default activations are rounded as llama.cpp's
 	// CPU backend rounds them, for parity.
 	FullPrecision bool
+	// PackWeights (with FullPrecision) keeps every BF16/F16 weight tile widened and packed for
+	// the GEMM after its first product, so that later batches through the same weights skip
+	// that work: twice the matrices' memory, for as long as they are loaded. Calibration runs
+	// every sequence through a block's weights and sets it when its memory budget allows.
+	PackWeights bool
 	// BatchGEMM also runs multi-token products of quantized weights as a float32 GEMM on
 	// dequantized weight tiles (activations still rounded): about twice as fast for long
 	// prompts with the AVX2 kernels, but a long float32 accumulation moves activations across

@@ -221,3 +221,57 @@ func TestRopeVariantsMatchReference(t *testing.T) {
 		})
 	}
 }
+
+// PackWeights keeps the 16-bit weight tiles packed after their first product: the logits of
+// several evaluations through the kept tiles are bit for bit those without it (dense and MoE,
+// BF16 and F16), and the tiles are in fact kept.
+func TestPackWeightsSameLogits(t *testing.T) {
+	for _, c := range []struct {
+		arch string
+		typ  gguf.GGMLType
+	}{{"llama", gguf.TypeBF16}, {"qwen3moe", gguf.TypeF16}} {
+		t.Run(c.arch, func(t *testing.T) {
+			spec := testmodel.Default(c.arch)
+			spec.Types = map[string]gguf.GGMLType{"default": c.typ}
+			src := buildSource(t, spec)
+			run := func(pack bool) ([][][]float32, *Model) {
+				m, err := Load(src, Options{Threads: 2, CtxSize: 64, CacheTypeK: "f32", CacheTypeV: "f32", FullPrecision: true, PackWeights: pack})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var out [][][]float32
+				for i := 0; i < 3; i++ {
+					s, _ := m.NewSession()
+					got, err := s.Eval(randTokens(uint64(20+i), 12, spec.Vocab), LogitsAll)
+					if err != nil {
+						t.Fatal(err)
+					}
+					out = append(out, got)
+				}
+				return out, m
+			}
+			want, m0 := run(false)
+			defer m0.Close()
+			got, m1 := run(true)
+			defer m1.Close()
+			for i := range want {
+				for j := range want[i] {
+					for k := range want[i][j] {
+						if math.Float32bits(got[i][j][k]) != math.Float32bits(want[i][j][k]) {
+							t.Fatalf("eval %d token %d logit %d: %g with packed weights, %g without", i, j, k, got[i][j][k], want[i][j][k])
+						}
+					}
+				}
+			}
+			kept := 0
+			for _, p := range m1.output.packed {
+				if p != nil {
+					kept++
+				}
+			}
+			if kept == 0 || len(m0.output.packed) != 0 {
+				t.Errorf("the LM head kept %d packed tiles with PackWeights, %d without", kept, len(m0.output.packed))
+			}
+		})
+	}
+}

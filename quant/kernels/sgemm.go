@@ -54,8 +54,9 @@ func SgemmRange(m, n, k int, a []float32, lda int, b []float32, ldb int, c []flo
 		return nil
 	}
 	if useAsm() {
-		sgemmPacked(k, a, lda, c, ldc, accumulate, i0, i1, j0, j1, func(buf *sgemmBuf, jc, nc, pc, kc int) {
+		sgemmPacked(k, a, lda, c, ldc, accumulate, i0, i1, j0, j1, func(buf *sgemmBuf, jc, nc, pc, kc int) []float32 {
 			packB(buf.b[:], b, ldb, jc, nc, pc, kc)
+			return buf.b[:]
 		})
 	} else {
 		sgemmGo(k, a, lda, b, ldb, c, ldc, accumulate, i0, i1, j0, j1)
@@ -146,24 +147,106 @@ func SgemmHalf(t Type, m, n, k int, a []float32, lda int, b []byte, ldb int, c [
 		}
 		return Sgemm(m, n, k, a, lda, wb, max(1, k), c, ldc, accumulate)
 	}
-	sgemmPacked(k, a, lda, c, ldc, accumulate, 0, m, 0, n, func(buf *sgemmBuf, jc, nc, pc, kc int) {
-		for q := 0; q*sgNR < nc; q++ {
-			rows := min(sgNR, nc-q*sgNR)
-			if rows == sgNR && kc%8 == 0 { // widen and transpose in one pass
-				off := (jc+q*sgNR)*ldb + pc
-				if t == BF16 {
-					packB16BF16AVX2(&buf.b[q*sgNR*kc], &b[2*off], ldb, kc/8)
-				} else {
-					packB16F16AVX2(&buf.b[q*sgNR*kc], &b[2*off], ldb, kc/8)
-				}
-				continue
+	sgemmPacked(k, a, lda, c, ldc, accumulate, 0, m, 0, n, func(buf *sgemmBuf, jc, nc, pc, kc int) []float32 {
+		packHalfBlock(t, buf.b[:], buf.h[:], b, ldb, jc, nc, pc, kc)
+		return buf.b[:]
+	})
+	return nil
+}
+
+// packHalfBlock packs columns [jc, jc+nc) and k steps [pc, pc+kc) of the 16-bit B into dst as
+// 16-row float32 panels (packB's layout), widening as it goes; h is scratch for 16·kc floats.
+func packHalfBlock(t Type, dst, h []float32, b []byte, ldb, jc, nc, pc, kc int) {
+	for q := 0; q*sgNR < nc; q++ {
+		rows := min(sgNR, nc-q*sgNR)
+		if rows == sgNR && kc%8 == 0 { // widen and transpose in one pass
+			off := (jc+q*sgNR)*ldb + pc
+			if t == BF16 {
+				packB16BF16AVX2(&dst[q*sgNR*kc], &b[2*off], ldb, kc/8)
+			} else {
+				packB16F16AVX2(&dst[q*sgNR*kc], &b[2*off], ldb, kc/8)
 			}
-			for r := 0; r < rows; r++ {
-				off := (jc+q*sgNR+r)*ldb + pc
-				widenHalf(t, buf.h[r*kc:(r+1)*kc], b[2*off:2*(off+kc)])
-			}
-			packB(buf.b[q*sgNR*kc:], buf.h[:], kc, 0, rows, 0, kc)
+			continue
 		}
+		for r := 0; r < rows; r++ {
+			off := (jc+q*sgNR+r)*ldb + pc
+			widenHalf(t, h[r*kc:(r+1)*kc], b[2*off:2*(off+kc)])
+		}
+		packB(dst[q*sgNR*kc:], h, kc, 0, rows, 0, kc)
+	}
+}
+
+// PackedHalf is a 16-bit B (n×k) widened and packed once, for SgemmPackedHalf: what SgemmHalf
+// packs on every call, kept for a matrix that multiplies many activation batches (the
+// calibration forward runs every sequence through a block's weights). It takes 4·n·k bytes
+// (panels padded to 16 rows), twice the 16-bit matrix.
+type PackedHalf struct {
+	n, k int
+	asm  bool      // b holds the assembly's panels; otherwise the widened row-major B
+	b    []float32 // the (jc, pc) blocks in sgemmPacked's order, ⌈nc/16⌉·16·kc floats each
+}
+
+// Bytes is the memory the packed matrix holds.
+func (p *PackedHalf) Bytes() int64 { return 4 * int64(cap(p.b)) }
+
+// PackHalf widens and packs the n×k matrix b (type t, BF16 or F16; rows ldb values apart) for
+// SgemmPackedHalf.
+func PackHalf(t Type, n, k int, b []byte, ldb int) (*PackedHalf, error) {
+	if t != BF16 && t != F16 {
+		return nil, fmt.Errorf("kernels: PackHalf: type %v is not bf16 or f16", t)
+	}
+	if n < 0 || k < 0 || ldb < max(1, k) || !fitsMatrix(n, k, ldb, len(b)/2) {
+		return nil, fmt.Errorf("kernels: PackHalf: %d×%d with stride %d does not fit %d values", n, k, ldb, len(b)/2)
+	}
+	p := &PackedHalf{n: n, k: k, asm: useAsm()}
+	if !p.asm || n == 0 || k == 0 {
+		p.asm = false
+		p.b = make([]float32, n*k)
+		for j := 0; j < n; j++ {
+			widenHalf(t, p.b[j*k:(j+1)*k], b[2*j*ldb:])
+		}
+		return p, nil
+	}
+	size := 0
+	for jc := 0; jc < n; jc += sgNC {
+		size += (min(sgNC, n-jc) + sgNR - 1) / sgNR * sgNR * k
+	}
+	p.b = make([]float32, size)
+	h := make([]float32, sgNR*sgKC)
+	off := 0
+	for jc := 0; jc < n; jc += sgNC {
+		nc := min(sgNC, n-jc)
+		for pc := 0; pc < k; pc += sgKC {
+			kc := min(sgKC, k-pc)
+			packHalfBlock(t, p.b[off:], h, b, ldb, jc, nc, pc, kc)
+			off += (nc + sgNR - 1) / sgNR * sgNR * kc
+		}
+	}
+	return p, nil
+}
+
+// SgemmPackedHalf is SgemmHalf with B packed by PackHalf: the same result bit for bit, without
+// packing B again. It fails if the assembly was in use when B was packed and is not now
+// (SetPureGo in between); the caller then multiplies the 16-bit matrix with SgemmHalf.
+func SgemmPackedHalf(m int, a []float32, lda int, p *PackedHalf, c []float32, ldc int, accumulate bool) error {
+	n, k := p.n, p.k
+	if err := checkSgemm("SgemmPackedHalf", m, n, k, a, lda, n*k, max(1, k), c, ldc, 0, m, 0, n); err != nil {
+		return err
+	}
+	if !p.asm {
+		return Sgemm(m, n, k, a, lda, p.b, max(1, k), c, ldc, accumulate)
+	}
+	if !useAsm() {
+		return fmt.Errorf("kernels: SgemmPackedHalf: B was packed for the assembly, which is now off")
+	}
+	if m == 0 {
+		return nil
+	}
+	off := 0
+	sgemmPacked(k, a, lda, c, ldc, accumulate, 0, m, 0, n, func(_ *sgemmBuf, jc, nc, pc, kc int) []float32 {
+		blk := p.b[off:]
+		off += (nc + sgNR - 1) / sgNR * sgNR * kc
+		return blk
 	})
 	return nil
 }
@@ -177,10 +260,11 @@ func widenHalf(t Type, dst []float32, src []byte) {
 	}
 }
 
-// sgemmPacked is the assembly path: pack B (pack fills buf.b with columns [jc, jc+nc) and k
-// steps [pc, pc+kc) as 16-row panels, see packB), then run the 6×16 micro-kernel (6×32 with
-// AVX-512F where two full panels remain) over A in place.
-func sgemmPacked(k int, a []float32, lda int, c []float32, ldc int, accumulate bool, i0, i1, j0, j1 int, pack func(buf *sgemmBuf, jc, nc, pc, kc int)) {
+// sgemmPacked is the assembly path: pack B (pack returns columns [jc, jc+nc) and k
+// steps [pc, pc+kc) as 16-row panels, see packB: buf.b filled now, or a block packed earlier),
+// then run the 6×16 micro-kernel (6×32 with AVX-512F where two full panels remain) over A in
+// place.
+func sgemmPacked(k int, a []float32, lda int, c []float32, ldc int, accumulate bool, i0, i1, j0, j1 int, pack func(buf *sgemmBuf, jc, nc, pc, kc int) []float32) {
 	buf := sgemmPool.Get().(*sgemmBuf)
 	defer sgemmPool.Put(buf)
 	for jc := j0; jc < j1; jc += sgNC {
@@ -188,7 +272,7 @@ func sgemmPacked(k int, a []float32, lda int, c []float32, ldc int, accumulate b
 		for pc := 0; pc < k; pc += sgKC {
 			kc := min(sgKC, k-pc)
 			acc := accumulate || pc > 0
-			pack(buf, jc, nc, pc, kc)
+			bp := pack(buf, jc, nc, pc, kc)
 			for ic := i0; ic < i1; ic += sgMC {
 				mc := min(sgMC, i1-ic)
 				full := mc - mc%sgMR
@@ -213,22 +297,22 @@ func sgemmPacked(k int, a []float32, lda int, c []float32, ldc int, accumulate b
 						}
 						if w == 2*sgNR && cols == w && ir+2*sgMR <= full && !k12Off.Load() {
 							// twelve in-place rows: the 12×32 kernel
-							sgemmKernel12x32AVX512(kc, ap, alda, &buf.b[jr*kc], sgNR*kc, &c[(ic+ir)*ldc+jc+jr], ldc, acc)
+							sgemmKernel12x32AVX512(kc, ap, alda, &bp[jr*kc], sgNR*kc, &c[(ic+ir)*ldc+jc+jr], ldc, acc)
 							ir += sgMR
 							continue
 						}
 						rows := min(sgMR, mc-ir)
 						if rows == sgMR && cols == w {
 							if w == 2*sgNR {
-								sgemmKernel6x32AVX512(kc, ap, alda, &buf.b[jr*kc], sgNR*kc, &c[(ic+ir)*ldc+jc+jr], ldc, acc)
+								sgemmKernel6x32AVX512(kc, ap, alda, &bp[jr*kc], sgNR*kc, &c[(ic+ir)*ldc+jc+jr], ldc, acc)
 							} else {
-								sgemmKernel6x16AVX2(kc, ap, alda, &buf.b[jr*kc], &c[(ic+ir)*ldc+jc+jr], ldc, acc)
+								sgemmKernel6x16AVX2(kc, ap, alda, &bp[jr*kc], &c[(ic+ir)*ldc+jc+jr], ldc, acc)
 							}
 							continue
 						}
 						for h := 0; h < cols; h += sgNR {
 							hc := min(sgNR, cols-h)
-							sgemmKernel6x16AVX2(kc, ap, alda, &buf.b[(jr+h)*kc], &buf.tmp[0], sgNR, false)
+							sgemmKernel6x16AVX2(kc, ap, alda, &bp[(jr+h)*kc], &buf.tmp[0], sgNR, false)
 							for r := 0; r < rows; r++ {
 								dst := c[(ic+ir+r)*ldc+jc+jr+h:][:hc]
 								src := buf.tmp[r*sgNR:][:hc]

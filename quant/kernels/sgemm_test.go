@@ -209,6 +209,10 @@ func TestSgemmHalf(t *testing.T) {
 				wide := make([]float32, len(bf))
 				widenHalf(typ, wide, bh)
 				c0 := randFloats(r, (sh.m-1)*sh.ldc+sh.n, false, 1)
+				pb, err := PackHalf(typ, sh.n, sh.k, bh, sh.ldb)
+				if err != nil {
+					t.Fatal(err)
+				}
 				for _, acc := range []bool{false, true} {
 					want := append([]float32(nil), c0...)
 					if err := Sgemm(sh.m, sh.n, sh.k, a, sh.lda, wide, sh.ldb, want, sh.ldc, acc); err != nil {
@@ -218,9 +222,20 @@ func TestSgemmHalf(t *testing.T) {
 					if err := SgemmHalf(typ, sh.m, sh.n, sh.k, a, sh.lda, bh, sh.ldb, got, sh.ldc, acc); err != nil {
 						t.Fatal(err)
 					}
+					// the same product from B packed once (twice, as a cached matrix is used)
+					pk := append([]float32(nil), c0...)
+					for range 2 {
+						copy(pk, c0)
+						if err := SgemmPackedHalf(sh.m, a, sh.lda, pb, pk, sh.ldc, acc); err != nil {
+							t.Fatal(err)
+						}
+					}
 					for i := range got {
 						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 							t.Fatalf("%v %+v acc=%v: C[%d] = %g, Sgemm on widened B %g", typ, sh, acc, i, got[i], want[i])
+						}
+						if math.Float32bits(pk[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("%v %+v acc=%v: C[%d] = %g with B packed once, Sgemm on widened B %g", typ, sh, acc, i, pk[i], want[i])
 						}
 					}
 				}
@@ -236,5 +251,30 @@ func TestSgemmHalf(t *testing.T) {
 	}
 	if err := SgemmHalf(BF16, 2, 2, 2, make([]float32, 3), 2, make([]byte, 8), 2, c, 2, false); err == nil {
 		t.Error("SgemmHalf accepted a short A")
+	}
+	if _, err := PackHalf(BF16, 2, 2, make([]byte, 7), 2); err == nil {
+		t.Error("PackHalf accepted a short B")
+	}
+	if _, err := PackHalf(F32, 2, 2, make([]byte, 8), 2); err == nil {
+		t.Error("PackHalf accepted F32")
+	}
+	pb, err := PackHalf(BF16, 2, 2, make([]byte, 8), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := SgemmPackedHalf(2, make([]float32, 3), 2, pb, c, 2, false); err == nil {
+		t.Error("SgemmPackedHalf accepted a short A")
+	}
+	if HasAsm() {
+		pb, err := PackHalf(BF16, 16, 8, make([]byte, 256), 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		SetPureGo(true)
+		err = SgemmPackedHalf(2, make([]float32, 16), 8, pb, make([]float32, 32), 16, false)
+		SetPureGo(false)
+		if err == nil {
+			t.Error("SgemmPackedHalf used assembly panels with the assembly off")
+		}
 	}
 }
