@@ -350,7 +350,7 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 			return "", err
 		}
 		r.progress(Progress{Stage: "sensitivity", Layer: il, Elapsed: time.Since(t0)})
-		lw, err := loadLayer(r.src, il)
+		lw, err := loadLayer(r.src, il, r.threadCount())
 		if err != nil {
 			return "", err
 		}

@@ -76,7 +76,7 @@ func (r *run) layer(il int) (*stepResult, *Stats, error) {
 	c := r.cfg
 	r.runner.Release()
 	runtime.GC()
-	lw, err := loadLayer(r.src, il)
+	lw, err := loadLayer(r.src, il, r.threadCount())
 	if err != nil {
 		return nil, nil, err
 	}

@@ -5,6 +5,8 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/tq-project/tq/gguf"
@@ -16,6 +18,7 @@ import (
 
 // WeightSource is what calibration reads a model through: GGUF-named float32 tensors and the
 // metadata an F32 GGUF conversion would carry (internal/modelsrc's HFSource implements it).
+// Its methods must be safe for concurrent use (loadLayer reads tensors in parallel).
 type WeightSource interface {
 	Metadata() gguf.Metadata
 	Tensors() []modelsrc.TensorDesc
@@ -118,42 +121,73 @@ func layerBytes(src WeightSource, il int) int64 {
 }
 
 // loadLayer reads block il's tensors: matrices the checkpoint stores in BF16 or F16 stay in
-// that type (halfType), everything else becomes float32.
-func loadLayer(src WeightSource, il int) (*layerWeights, error) {
+// that type (halfType), everything else becomes float32. Up to threads tensors are read at
+// once (the sources are safe for concurrent use; each reader has its own chunk buffer, the
+// errors are reported in tensor order).
+func loadLayer(src WeightSource, il, threads int) (*layerWeights, error) {
 	lw := &layerWeights{layer: il, descs: layerDescs(src, il), data: map[string][]float32{}, half: map[string][]byte{},
 		tensors: map[string]*infer.Tensor{}}
 	if len(lw.descs) == 0 {
 		return nil, fmt.Errorf("calib: the model has no tensors for block %d", il)
 	}
-	var tmp []float32
-	for _, d := range lw.descs {
+	type loaded struct {
+		t    gguf.GGMLType
+		raw  []byte
+		half bool
+		data []float32
+		err  error
+	}
+	out := make([]loaded, len(lw.descs))
+	load := func(d modelsrc.TensorDesc, tmp *[]float32) loaded {
 		n := elements(d.Shape)
-		t := gguf.TypeF32
-		var raw []byte
 		if ht := halfType(d); ht != 0 {
 			b := make([]byte, 2*n)
-			if tmp == nil {
-				tmp = make([]float32, readChunkBytes/4)
+			if *tmp == nil {
+				*tmp = make([]float32, readChunkBytes/4)
 			}
-			ok, err := readHalf(src, d, ht, b, tmp)
+			ok, err := readHalf(src, d, ht, b, *tmp)
 			if err != nil {
-				return nil, fmt.Errorf("calib: %w", err)
+				return loaded{err: fmt.Errorf("calib: %w", err)}
 			}
 			if ok {
-				t, raw = ht, b
-				lw.half[d.Name] = b
+				return loaded{t: ht, raw: b, half: true}
 			}
 		}
-		if raw == nil {
-			buf := make([]float32, n)
-			if err := readTensor(src, d, buf); err != nil {
-				return nil, fmt.Errorf("calib: %w", err)
-			}
-			lw.data[d.Name] = buf
-			raw = f32Bytes(buf)
+		buf := make([]float32, n)
+		if err := readTensor(src, d, buf); err != nil {
+			return loaded{err: fmt.Errorf("calib: %w", err)}
 		}
-		lw.bytes += int64(len(raw))
-		lw.tensors[d.Name] = &infer.Tensor{Name: d.Name, Type: t, Dims: append([]int64(nil), d.Shape...), Data: raw}
+		return loaded{t: gguf.TypeF32, raw: f32Bytes(buf), data: buf}
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range max(1, min(threads, len(lw.descs))) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var tmp []float32
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(lw.descs) {
+					return
+				}
+				out[i] = load(lw.descs[i], &tmp)
+			}
+		}()
+	}
+	wg.Wait()
+	for i, d := range lw.descs {
+		o := out[i]
+		if o.err != nil {
+			return nil, o.err
+		}
+		if o.half {
+			lw.half[d.Name] = o.raw
+		} else {
+			lw.data[d.Name] = o.data
+		}
+		lw.bytes += int64(len(o.raw))
+		lw.tensors[d.Name] = &infer.Tensor{Name: d.Name, Type: o.t, Dims: append([]int64(nil), d.Shape...), Data: o.raw}
 	}
 	return lw, nil
 }

@@ -28,7 +28,7 @@ func TestLoadLayerKeepsHalf(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer src.Close()
-			lw, err := loadLayer(src, 1)
+			lw, err := loadLayer(src, 1, 2)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -82,7 +82,7 @@ func TestLoadLayerInexactFallsBack(t *testing.T) {
 	defer src.Close()
 	bent := "blk.0.ffn_down.weight"
 	ws := &bumpSource{WeightSource: src, name: bent}
-	lw, err := loadLayer(ws, 0)
+	lw, err := loadLayer(ws, 0, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
