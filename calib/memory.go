@@ -39,7 +39,10 @@ func (r *run) estimate() int64 {
 	}
 	floats := act + kv + pool + hiddenBufs + search
 	const runtimeBase = 80 << 20 // Go runtime, binary, tokenizer metadata
-	return wmax + 4*floats + stats + runtimeBase + metadataBytes(r.md)
+	// loadLayer's readers: per thread a float32 chunk and the reader's buffer of it in the
+	// checkpoint's dtype (at most as large)
+	load := 2 * threads * readChunkBytes
+	return wmax + 4*floats + stats + load + runtimeBase + metadataBytes(r.md)
 }
 
 // packBytes is the most memory infer's PackWeights takes for one block: every 16-bit matrix
