@@ -36,6 +36,20 @@ func TestCalibrateMatchesFullForward(t *testing.T) {
 			vocab := vocabOf(t, dir)
 			seqs := randSeqs(7, 4, vocab, 40, 150, 64)
 			res := calibrate(t, dir, Options{Sequences: seqs, Threads: 2, UncoveredSample: -1, NoBaseline: true, ExpertHessianBytes: expertBytes})
+			// without Gram matrices (and no budget) the forward keeps the 16-bit weights packed
+			// for the GEMM: the statistics are the same bits as this run's, which does not
+			res2 := calibrate(t, dir, Options{Sequences: seqs, Threads: 2, UncoveredSample: -1, NoBaseline: true,
+				NoHessians: true, NoSensitivity: true, SensitivityTokens: -1, ExpertHessianBytes: expertBytes})
+			if res.PackedWeightBytes != 0 || res2.PackedWeightBytes == 0 {
+				t.Errorf("packed weights: %d bytes with Gram matrices, %d without", res.PackedWeightBytes, res2.PackedWeightBytes)
+			}
+			for name, ts := range res.Stats.Tensors {
+				t2 := res2.Stats.Tensors[name]
+				if t2 == nil || !slices.Equal(ts.Counts, t2.Counts) || !slices.Equal(ts.MaxAbs, t2.MaxAbs) ||
+					!slices.EqualFunc(ts.SumSq, t2.SumSq, func(a, b float64) bool { return math.Float64bits(a) == math.Float64bits(b) }) {
+					t.Fatalf("%s: the statistics with packed weights differ", name)
+				}
+			}
 
 			ms := fullSource(t, dir)
 			m, err := infer.Load(ms, infer.Options{Threads: 2, CtxSize: 256, CacheTypeK: "f32", CacheTypeV: "f32", FullPrecision: true})

@@ -380,15 +380,20 @@ func Calibrate(ctx context.Context, modelDir string, opts Options) (*Result, err
 		est += r.hess.bytes
 	}
 	// The forward keeps a block's 16-bit matrices packed for the GEMM across the sequences
-	// (infer's PackWeights) only with memory to spare: no budget, or room for it beside
-	// everything above and all hidden states. It is reported apart from EstimatedBytes.
+	// (infer's PackWeights) only with memory to spare: with a budget, room for it beside
+	// everything above and all hidden states; without one, when no Gram accumulators (which
+	// already make a step's peak) are collected. It is reported apart from EstimatedBytes.
 	var packed int64
 	if pb := r.packBytes(); pb > 0 {
 		var hidden int64
 		for _, s := range opts.Sequences {
 			hidden += 4 * int64(len(s.Tokens)) * int64(r.cfg.NEmbd)
 		}
-		if opts.MemoryBudget <= 0 || est+pb+hidden <= opts.MemoryBudget {
+		spare := r.hess == nil || r.hess.bytes == 0
+		if opts.MemoryBudget > 0 {
+			spare = est+pb+hidden <= opts.MemoryBudget
+		}
+		if spare {
 			r.runner.SetPackWeights(true)
 			packed = pb
 		}

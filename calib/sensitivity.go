@@ -345,6 +345,12 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 	}
 	var wbuf []float32 // one matrix widened from a 16-bit block tensor, reused
 	var dbuf []float32 // the probed tensor's reconstruction, reused
+	// every probe loads the block again (new matrices): weights packed for the GEMM would be
+	// packed anew each time and left as garbage, so the pass multiplies the 16-bit rows
+	if r.runner.Options().PackWeights {
+		r.runner.SetPackWeights(false)
+		defer r.runner.SetPackWeights(true)
+	}
 	for il := 0; il < c.NLayer; il++ {
 		if err := r.ctx.Err(); err != nil {
 			return "", err
