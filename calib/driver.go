@@ -382,14 +382,15 @@ func Calibrate(ctx context.Context, modelDir string, opts Options) (*Result, err
 	// The forward keeps a block's 16-bit matrices packed for the GEMM across the sequences
 	// (infer's PackWeights) only with memory to spare: with a budget, room for it beside
 	// everything above and all hidden states; without one, when no Gram accumulators (which
-	// already make a step's peak) are collected. It is reported apart from EstimatedBytes.
+	// already make a step's peak) are collected and it takes at most packMaxUnbudgeted (a
+	// large MoE block would take gigabytes). It is reported apart from EstimatedBytes.
 	var packed int64
 	if pb := r.packBytes(); pb > 0 {
 		var hidden int64
 		for _, s := range opts.Sequences {
 			hidden += 4 * int64(len(s.Tokens)) * int64(r.cfg.NEmbd)
 		}
-		spare := r.hess == nil || r.hess.bytes == 0
+		spare := (r.hess == nil || r.hess.bytes == 0) && pb <= packMaxUnbudgeted
 		if opts.MemoryBudget > 0 {
 			spare = est+pb+hidden <= opts.MemoryBudget
 		}

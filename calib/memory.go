@@ -45,6 +45,9 @@ func (r *run) estimate() int64 {
 	return wmax + 4*floats + stats + load + runtimeBase + metadataBytes(r.md)
 }
 
+// packMaxUnbudgeted is the most memory packed weights take without --memory-budget.
+const packMaxUnbudgeted = 1 << 30
+
 // packBytes is the most memory infer's PackWeights takes for one block: every 16-bit matrix
 // widened to float32 (twice its bytes), each tile of up to 64 rows padded to 16 rows.
 func (r *run) packBytes() int64 {
