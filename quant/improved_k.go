@@ -135,10 +135,9 @@ func encAsymK(blk []byte, x, wt, wf []float32, s *impScratch, sp *kAsymSpec) {
 		mmaxV = max(mmaxV, -m)
 	}
 	// proxy sums asymProxy over the sub-blocks. Within a pass one of the super-scales is
-	// fixed, so its integer candidates per sub-block (fixed) are computed once per pass;
-	// kernels.AsymProxy8 evaluates four sub-blocks per step (the same bits), the sum stays
-	// in index order.
-	var fixed [16][2]int32
+	// fixed, so its integer candidates per sub-block (pl.Fixed0/Fixed1) are computed once
+	// per pass; kernels.AsymProxy8 evaluates four sub-blocks per step (the same bits), the
+	// sum stays in index order.
 	pl := &s.proxy
 	for j := 0; j < n; j++ {
 		pl.Fd[j], pl.Fm[j] = s.fd[j], s.fm[j]
@@ -153,12 +152,11 @@ func encAsymK(blk []byte, x, wt, wf []float32, s *impScratch, sp *kAsymSpec) {
 			return c
 		}
 		for j := 0; j < n; j++ {
-			var ac, bc [2]int32
+			ac := [2]int32{int32(pl.Fixed0[j]), int32(pl.Fixed1[j])}
+			bc := ac
 			if pass%2 == 0 {
 				ac[0], ac[1] = proxyInts(s.fd[j], float64(D), sp.smax)
-				bc = fixed[j]
 			} else {
-				ac = fixed[j]
 				bc[0], bc[1] = proxyInts(-s.fm[j], float64(Dm), sp.smax)
 			}
 			_, _, cj := asymProxyPick(&s.fst[j], s.fd[j], s.fm[j], float64(D), float64(Dm), ac, bc)
@@ -169,12 +167,13 @@ func encAsymK(blk []byte, x, wt, wf []float32, s *impScratch, sp *kAsymSpec) {
 	D, Dm := f16Grid(smaxV, sp.smax, 0), f16Grid(mmaxV, sp.smax, 0)
 	for pass := 0; pass < 3; pass++ {
 		for j := 0; j < n; j++ {
+			var f0, f1 int32
 			if pass%2 == 0 {
-				fixed[j][0], fixed[j][1] = proxyInts(-s.fm[j], float64(Dm), sp.smax)
+				f0, f1 = proxyInts(-s.fm[j], float64(Dm), sp.smax)
 			} else {
-				fixed[j][0], fixed[j][1] = proxyInts(s.fd[j], float64(D), sp.smax)
+				f0, f1 = proxyInts(s.fd[j], float64(D), sp.smax)
 			}
-			pl.Fixed0[j], pl.Fixed1[j] = float64(fixed[j][0]), float64(fixed[j][1])
+			pl.Fixed0[j], pl.Fixed1[j] = float64(f0), float64(f1)
 		}
 		best := proxy(D, Dm, pass)
 		for k := 0; k < 16; k++ {

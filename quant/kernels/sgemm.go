@@ -141,11 +141,7 @@ func SgemmHalf(t Type, m, n, k int, a []float32, lda int, b []byte, ldb int, c [
 		return err
 	}
 	if !useAsm() || m == 0 || n == 0 || k == 0 {
-		wb := make([]float32, n*k)
-		for j := 0; j < n; j++ {
-			widenHalf(t, wb[j*k:(j+1)*k], b[2*j*ldb:])
-		}
-		return Sgemm(m, n, k, a, lda, wb, max(1, k), c, ldc, accumulate)
+		return Sgemm(m, n, k, a, lda, widenRows(t, n, k, b, ldb), max(1, k), c, ldc, accumulate)
 	}
 	sgemmPacked(k, a, lda, c, ldc, accumulate, 0, m, 0, n, func(buf *sgemmBuf, jc, nc, pc, kc int) []float32 {
 		packHalfBlock(t, buf.b[:], buf.h[:], b, ldb, jc, nc, pc, kc)
@@ -201,17 +197,10 @@ func PackHalf(t Type, n, k int, b []byte, ldb int) (*PackedHalf, error) {
 	p := &PackedHalf{n: n, k: k, asm: useAsm()}
 	if !p.asm || n == 0 || k == 0 {
 		p.asm = false
-		p.b = make([]float32, n*k)
-		for j := 0; j < n; j++ {
-			widenHalf(t, p.b[j*k:(j+1)*k], b[2*j*ldb:])
-		}
+		p.b = widenRows(t, n, k, b, ldb)
 		return p, nil
 	}
-	size := 0
-	for jc := 0; jc < n; jc += sgNC {
-		size += (min(sgNC, n-jc) + sgNR - 1) / sgNR * sgNR * k
-	}
-	p.b = make([]float32, size)
+	p.b = make([]float32, PackedHalfBytes(n, k)/4)
 	h := make([]float32, sgNR*sgKC)
 	off := 0
 	for jc := 0; jc < n; jc += sgNC {
@@ -219,7 +208,7 @@ func PackHalf(t Type, n, k int, b []byte, ldb int) (*PackedHalf, error) {
 		for pc := 0; pc < k; pc += sgKC {
 			kc := min(sgKC, k-pc)
 			packHalfBlock(t, p.b[off:], h, b, ldb, jc, nc, pc, kc)
-			off += (nc + sgNR - 1) / sgNR * sgNR * kc
+			off += packedLen(nc, kc)
 		}
 	}
 	return p, nil
@@ -245,10 +234,33 @@ func SgemmPackedHalf(m int, a []float32, lda int, p *PackedHalf, c []float32, ld
 	off := 0
 	sgemmPacked(k, a, lda, c, ldc, accumulate, 0, m, 0, n, func(_ *sgemmBuf, jc, nc, pc, kc int) []float32 {
 		blk := p.b[off:]
-		off += (nc + sgNR - 1) / sgNR * sgNR * kc
+		off += packedLen(nc, kc)
 		return blk
 	})
 	return nil
+}
+
+// widenRows returns the n rows of k 16-bit values of type t in b (ldb values apart) as a
+// row-major float32 matrix.
+func widenRows(t Type, n, k int, b []byte, ldb int) []float32 {
+	w := make([]float32, n*k)
+	for j := 0; j < n; j++ {
+		widenHalf(t, w[j*k:(j+1)*k], b[2*j*ldb:])
+	}
+	return w
+}
+
+// packedLen is the number of floats of a packed block of nc columns and kc k steps (16-row
+// panels, the last one zero-padded).
+func packedLen(nc, kc int) int { return (nc + sgNR - 1) / sgNR * sgNR * kc }
+
+// PackedHalfBytes is the memory PackHalf takes for an n×k matrix with the assembly.
+func PackedHalfBytes(n, k int) int64 {
+	var size int64
+	for jc := 0; jc < n; jc += sgNC {
+		size += int64(packedLen(min(sgNC, n-jc), k))
+	}
+	return 4 * size
 }
 
 // widenHalf writes len(dst) 16-bit values of type t (BF16 or F16) from src as float32.
