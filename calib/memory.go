@@ -4,6 +4,7 @@ import (
 	"runtime"
 
 	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/infer"
 )
 
 // estimate is the memory accounted besides the hidden states kept in RAM.
@@ -49,18 +50,15 @@ func (r *run) estimate() int64 {
 const packMaxUnbudgeted = 1 << 30
 
 // packBytes is the most memory infer's PackWeights takes for one block: every 16-bit matrix
-// widened to float32 (twice its bytes), each tile of up to 64 rows padded to 16 rows.
+// widened to float32 and packed (infer.PackedWeightBytes).
 func (r *run) packBytes() int64 {
 	var most int64
 	for il := 0; il < r.cfg.NLayer; il++ {
 		var n int64
 		for _, d := range layerDescs(r.src, il) {
-			if halfType(d) == 0 {
-				continue
+			if halfType(d) != 0 {
+				n += infer.PackedWeightBytes(d.Shape)
 			}
-			rows := elements(d.Shape) / d.Shape[0]
-			tiles := (rows + 63) / 64
-			n += 4*elements(d.Shape) + tiles*15*4*d.Shape[0]
 		}
 		most = max(most, n)
 	}

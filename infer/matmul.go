@@ -14,6 +14,24 @@ const tokenTile = 32
 // gemmTile is the number of weight rows dequantized at once on the GEMM path.
 const gemmTile = 64
 
+// PackedWeightBytes is the memory Options.PackWeights takes for a BF16/F16 weight of ggml shape
+// {in, out, nmat...}: every tile of gemmTile rows packed by kernels.PackHalf.
+func PackedWeightBytes(shape []int64) int64 {
+	if len(shape) < 2 || shape[0] <= 0 || shape[1] <= 0 {
+		return 0
+	}
+	in, out, nmat := int(shape[0]), int(shape[1]), int64(1)
+	for _, d := range shape[2:] {
+		nmat *= d
+	}
+	full := int64(out / gemmTile)
+	per := full * kernels.PackedHalfBytes(gemmTile, in)
+	if r := out % gemmTile; r > 0 {
+		per += kernels.PackedHalfBytes(r, in)
+	}
+	return nmat * per
+}
+
 // linear applies weight l (matrix 0) to T rows of x, writing T rows of l.out into y, and reports
 // the input to the observer.
 func (s *Session) linear(l *linear, x []float32, T int, y []float32) {

@@ -2,6 +2,7 @@ package infer
 
 import (
 	"fmt"
+	"github.com/tq-project/tq/quant/kernels"
 	"math"
 	"strings"
 	"testing"
@@ -264,13 +265,19 @@ func TestPackWeightsSameLogits(t *testing.T) {
 				}
 			}
 			kept := 0
+			var bytes int64
 			for _, p := range m1.output.packed {
 				if p != nil {
 					kept++
+					bytes += p.Bytes()
 				}
 			}
 			if kept == 0 || len(m0.output.packed) != 0 {
 				t.Errorf("the LM head kept %d packed tiles with PackWeights, %d without", kept, len(m0.output.packed))
+			}
+			// what calibration budgets for it
+			if want := PackedWeightBytes([]int64{int64(m1.output.in), int64(m1.output.out)}); kernels.UsingAsm() && bytes != want {
+				t.Errorf("the LM head's packed tiles take %d bytes, PackedWeightBytes says %d", bytes, want)
 			}
 		})
 	}
