@@ -149,7 +149,7 @@ func (r *run) planHessians(base int64) error {
 	threads := r.threadCount()
 	allow := int64(-1)
 	if o.MemoryBudget > 0 {
-		allow = max(0, o.MemoryBudget-base-gramWriteBytes)
+		allow = max(0, o.MemoryBudget-base-gramWriteBytes(threads))
 	}
 	dropped := map[string][]int{} // role -> layers
 	// the whole model's per-expert matrices: all of them, or none when over the limit
@@ -247,7 +247,7 @@ func (r *run) planHessians(base int64) error {
 		p.steps[step] = s
 	}
 	if p.bytes > 0 {
-		p.bytes += gramWriteBytes
+		p.bytes += gramWriteBytes(threads)
 	}
 	if len(dropped) > 0 {
 		var parts []string
@@ -572,7 +572,7 @@ func (r *run) writeStepHessians(g *gramCollector, names []string, ss *Stats) err
 		}
 	}
 	f := g.gramFile(names, ss)
-	return saveHessianFile(filepath.Join(g.plan.dir, g.plan.steps[g.step].file), f)
+	return saveHessianFile(filepath.Join(g.plan.dir, g.plan.steps[g.step].file), f, gramWriters(r.threadCount()))
 }
 
 // finishHessians checks that every step's Gram file is there and belongs to this run (steps

@@ -96,19 +96,7 @@ func (a *gramAcc) add(x []float32, n int) error {
 	}
 	for r0 := 0; r0 < n; {
 		k := min(n-r0, gramChunkRows-b.pending)
-		// transpose 8 rows at a time: each column then gets 8 adjacent values (one cache line
-		// half) instead of 8 scattered stores
-		for r := 0; r < k; r += 8 {
-			g := min(8, k-r)
-			rows := x[(r0+r)*c : (r0+r+g)*c]
-			p := b.pending + r
-			for i := 0; i < c; i++ {
-				dst := b.xt[i*gramChunkRows+p : i*gramChunkRows+p+g]
-				for rr := range dst {
-					dst[rr] = rows[rr*c+i]
-				}
-			}
-		}
+		transposeRows(b.xt, gramChunkRows, b.pending, x[r0*c:(r0+k)*c], k, c, a.threads)
 		b.pending += k
 		a.rows += int64(k)
 		r0 += k
@@ -194,4 +182,59 @@ func pairOf(p, nb int) (int, int) {
 		bi++
 	}
 	return bi, bi + p
+}
+
+// transposeMinPerWorker is the fewest values a transposeRows worker takes: below it the
+// goroutine costs more than the copy.
+const transposeMinPerWorker = 1 << 15
+
+// transposeRows writes the k rows of x (c columns each) to xt as columns: value (r, i) goes to
+// xt[i·ld+p+r]. Workers (up to threads) take disjoint column ranges. Eight rows at a time
+// each column gets eight adjacent values (half a cache line) instead of scattered stores.
+func transposeRows(xt []float32, ld, p int, x []float32, k, c, threads int) {
+	workers := max(1, min(threads, k*c/transposeMinPerWorker))
+	if workers == 1 {
+		transposeCols(xt, ld, p, x, k, c, 0, c)
+		return
+	}
+	var wg sync.WaitGroup
+	for w := 1; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			transposeCols(xt, ld, p, x, k, c, w*c/workers, (w+1)*c/workers)
+		}()
+	}
+	transposeCols(xt, ld, p, x, k, c, 0, c/workers)
+	wg.Wait()
+}
+
+// transposeBlock is the columns transposeCols moves through all rows before the next ones:
+// their destinations (transposeBlock × gramChunkRows values, 128 KiB) stay in cache while
+// each row group fills them, instead of every column's cache line being fetched once per
+// group of eight rows.
+const transposeBlock = 64
+
+// transposeCols is transposeRows for columns [c0, c1).
+func transposeCols(xt []float32, ld, p int, x []float32, k, c, c0, c1 int) {
+	for b0 := c0; b0 < c1; b0 += transposeBlock {
+		b1 := min(b0+transposeBlock, c1)
+		r := 0
+		for ; r+8 <= k; r += 8 {
+			x0, x1, x2, x3 := x[r*c:][b0:b1], x[(r+1)*c:][b0:b1], x[(r+2)*c:][b0:b1], x[(r+3)*c:][b0:b1]
+			x4, x5, x6, x7 := x[(r+4)*c:][b0:b1], x[(r+5)*c:][b0:b1], x[(r+6)*c:][b0:b1], x[(r+7)*c:][b0:b1]
+			for i := range x0 {
+				o := (b0+i)*ld + p + r
+				d := xt[o : o+8 : o+8]
+				d[0], d[1], d[2], d[3] = x0[i], x1[i], x2[i], x3[i]
+				d[4], d[5], d[6], d[7] = x4[i], x5[i], x6[i], x7[i]
+			}
+		}
+		for ; r < k; r++ {
+			row := x[r*c:][b0:b1]
+			for i, v := range row {
+				xt[(b0+i)*ld+p+r] = v
+			}
+		}
+	}
 }

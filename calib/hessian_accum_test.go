@@ -1,6 +1,7 @@
 package calib
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -91,4 +92,49 @@ func BenchmarkGramGonumDsyrk(b *testing.B) {
 		blas64.Syrk(blas.Trans, 1, blas64.General{Rows: rows, Cols: cols, Stride: cols, Data: x64}, 1, g)
 	}
 	b.ReportMetric(float64(b.N)*float64(rows)*float64(cols)*float64(cols+1)/2/b.Elapsed().Seconds()/1e9, "GMAC/s")
+}
+
+// TestTransposeRows compares transposeRows with a plain loop: row counts that are and are not
+// multiples of 8, an offset into the pending columns, one and several workers.
+func TestTransposeRows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, tc := range []struct{ k, c, p, threads int }{{1, 1, 0, 1}, {8, 3, 5, 2}, {13, 700, 3, 2}, {64, 1030, 448, 3}, {512, 129, 0, 4}} {
+		const ld = 512
+		x := make([]float32, tc.k*tc.c)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		xt := make([]float32, tc.c*ld)
+		for i := range xt {
+			xt[i] = -1
+		}
+		transposeRows(xt, ld, tc.p, x, tc.k, tc.c, tc.threads)
+		for i := 0; i < tc.c; i++ {
+			for r := 0; r < ld; r++ {
+				want := float32(-1)
+				if r >= tc.p && r < tc.p+tc.k {
+					want = x[(r-tc.p)*tc.c+i]
+				}
+				if got := xt[i*ld+r]; got != want {
+					t.Fatalf("%+v: column %d row %d: %v, want %v", tc, i, r, got, want)
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkTransposeRows moves one calibration batch (512 rows of 4608 columns) into the
+// pending columns, as gramAcc.add does, with 1 and 2 workers.
+func BenchmarkTransposeRows(b *testing.B) {
+	const k, c = 512, 4608
+	x := benchGramInput(c, k)
+	xt := make([]float32, c*gramChunkRows)
+	for _, th := range []int{1, 2} {
+		b.Run(fmt.Sprint("threads=", th), func(b *testing.B) {
+			b.SetBytes(4 * k * c)
+			for i := 0; i < b.N; i++ {
+				transposeRows(xt, gramChunkRows, 0, x, k, c, th)
+			}
+		})
+	}
 }

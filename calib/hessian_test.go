@@ -3,6 +3,8 @@ package calib
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -405,7 +407,7 @@ func TestExpertHessianBudget(t *testing.T) {
 	nohess := base
 	nohess.NoHessians = true
 	est := calibrate(t, dir, nohess).EstimatedBytes
-	opts.MemoryBudget = est + gramWriteBytes + shared + 1024
+	opts.MemoryBudget = est + gramWriteBytes(2) + shared + 1024
 	opts.Warn = func(s string) { warned = append(warned, s) }
 	res := calibrate(t, dir, opts)
 	if w := strings.Join(warned, "\n"); !strings.Contains(w, "memory budget: ffn_in.experts (block 0)") ||
@@ -441,7 +443,7 @@ func TestHessianBudgetFallback(t *testing.T) {
 	var warned []string
 	opts := base
 	opts.NoHessians = false
-	opts.MemoryBudget = est + gramWriteBytes + 2*gramAccBytes(256, 2) + 1024
+	opts.MemoryBudget = est + gramWriteBytes(2) + 2*gramAccBytes(256, 2) + 1024
 	opts.Warn = func(s string) { warned = append(warned, s) }
 	res := calibrate(t, dir, opts)
 	// without a budget the forward keeps the BF16 matrices packed; a budget without room for
@@ -554,10 +556,35 @@ func testGramFile(t testing.TB, cols int) ([]byte, *gramFileData, map[string][]f
 	f.weights = []gramWeight{{"blk.3.attn_q.weight", 0, -1}, {"blk.3.ffn_down.weight", 1, -1}, {"blk.3.ffn_up_exps.weight", 0, 2},
 		{"blk.3.ffn_down_exps.weight", -1, 3}}
 	var buf bytes.Buffer
-	if err := writeGram(&buf, f); err != nil {
+	if err := writeGram(&buf, f, 1); err != nil {
 		t.Fatal(err)
 	}
 	return buf.Bytes(), f, vals
+}
+
+// TestGramFileWorkers checks that compressing several chunks at a time writes the same bytes
+// as one at a time (headers before their input's first chunk, chunks in file order), and that
+// a bad value in a later chunk is still reported by input and index.
+func TestGramFileWorkers(t *testing.T) {
+	b1, f, vals := testGramFile(t, 1500) // 1 writer; the full input takes several chunks
+	for _, w := range []int{2, 3, 5, 16} {
+		var buf bytes.Buffer
+		if err := writeGram(&buf, f, w); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(buf.Bytes(), b1) {
+			t.Fatalf("%d writers: %d bytes differ from one writer's %d", w, buf.Len(), len(b1))
+		}
+	}
+	v := vals["blk.3.ffn_down_exps_in.experts"]
+	at := 2*packedLen(40) + 5 // the third matrix: a later chunk
+	v[at] = float32(math.NaN())
+	for _, w := range []int{1, 3} {
+		err := writeGram(io.Discard, f, w)
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("input blk.3.ffn_down_exps_in.experts: value %d is NaN", at)) {
+			t.Fatalf("%d writers: %v", w, err)
+		}
+	}
 }
 
 // TestGramFileRoundTrip writes a Gram file and reads every input back bit for bit, then
@@ -705,11 +732,22 @@ func hexRun(r [32]byte) string {
 	return string(out)
 }
 
+// shuffleBytes is shuffle on the little-endian bytes of float32 values (any whole number of them).
+func shuffleBytes(dst, src []byte) {
+	n := len(src) / 4
+	for i := 0; i < n; i++ {
+		dst[i] = src[4*i]
+		dst[n+i] = src[4*i+1]
+		dst[2*n+i] = src[4*i+2]
+		dst[3*n+i] = src[4*i+3]
+	}
+}
+
 // replaceChunk rebuilds file b with chunk ci of input in replaced by the given raw bytes.
 func replaceChunk(t testing.TB, b []byte, ix *gramIndex, in, ci int, raw []byte) []byte {
 	ch := ix.inputs[in].chunks[ci]
 	plane := make([]byte, len(raw))
-	shuffle(plane, raw)
+	shuffleBytes(plane, raw)
 	comp := recompressForTest(t, plane)
 	var out bytes.Buffer
 	out.Write(b[:ch.off-8])

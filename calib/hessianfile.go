@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/klauspost/compress/zstd"
@@ -125,12 +126,14 @@ type gramFileData struct {
 	inputs  []*gramInput
 }
 
-// writeGram encodes f into w.
-func writeGram(w io.Writer, f *gramFileData) error {
+// writeGram encodes f into w, compressing up to workers chunks at a time. Each chunk is an
+// independent zstd frame, so the bytes do not depend on workers; each takes gramWriterBytes.
+func writeGram(w io.Writer, f *gramFileData, workers int) error {
 	if len(f.weights) > maxGramEntries || len(f.inputs) > maxGramEntries {
 		return fmt.Errorf("%d weights and %d inputs exceed the format's limit", len(f.weights), len(f.inputs))
 	}
-	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
+	workers = max(1, workers)
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(workers))
 	if err != nil {
 		return err
 	}
@@ -170,17 +173,18 @@ func writeGram(w io.Writer, f *gramFileData) error {
 		u32(idx(wt.input))
 		u32(idx(wt.experts))
 	}
+	// every input's chunks, in file order; an input's header goes out before its first chunk
+	type chunkJob struct{ in, i0, i1 int }
+	var jobs []chunkJob
 	chunk := 1 // values per chunk: buffers no larger than the largest input needs
 	for _, in := range f.inputs {
 		chunk = max(chunk, min(in.nvals/max(1, len(in.counts)), gramChunkBytes/4))
 	}
-	raw := make([]byte, 0, 4*chunk)
-	plane := make([]byte, 4*chunk)
-	var comp []byte
-	vals := make([]float32, chunk)
-	for _, in := range f.inputs {
+	// segment returns the values per segment of an input (chunks never span two segments)
+	// after checking its size against the format's limits.
+	segment := func(in *gramInput) (int, error) {
 		nmat := len(in.counts)
-		seg := nmat * in.cols // values per segment: chunks never span two segments
+		seg := nmat * in.cols
 		if in.kind == GramFull {
 			seg = packedLen(in.cols)
 		}
@@ -190,55 +194,105 @@ func writeGram(w io.Writer, f *gramFileData) error {
 		}
 		if in.cols <= 0 || nmat == 0 || nmat > maxGramMat || in.nvals != want || seg > maxGramValues ||
 			(in.kind == GramFull && in.cols > MaxGramCols) || (in.kind == GramDiagonal && in.cols > maxGramDiagCols) {
-			return fmt.Errorf("input %s: %d values of %d matrices × %d columns (kind %d) exceed the format's limits", in.id, in.nvals, nmat, in.cols, in.kind)
+			return 0, fmt.Errorf("input %s: %d values of %d matrices × %d columns (kind %d) exceed the format's limits", in.id, in.nvals, nmat, in.cols, in.kind)
 		}
-		if err := str(in.id); err != nil {
+		if in.id == "" || len(in.id) > maxGramName || !utf8.ValidString(in.id) {
+			return 0, fmt.Errorf("name %q exceeds the format's limits", in.id)
+		}
+		return seg, nil
+	}
+	for k, in := range f.inputs {
+		seg, err := segment(in)
+		if err != nil {
 			return err
 		}
+		for i0 := 0; i0 < in.nvals; {
+			i1 := min((i0/seg+1)*seg, i0+chunk)
+			jobs = append(jobs, chunkJob{k, i0, i1})
+			i0 = i1
+		}
+	}
+	header := func(in *gramInput) {
+		str(in.id) // checked by segment
 		bw.WriteByte(byte(in.kind))
 		bw.WriteByte(byte(in.reason))
 		u32(uint32(in.cols))
-		u32(uint32(nmat))
+		u32(uint32(len(in.counts)))
 		for _, c := range in.counts {
 			le.PutUint64(b[:], uint64(c))
 			bw.Write(b[:])
 		}
-		for i0 := 0; i0 < in.nvals; {
-			i1 := min((i0/seg+1)*seg, i0+len(vals))
-			v := vals[:i1-i0]
-			in.values(i0, i1, v)
-			raw = raw[:4*len(v)]
-			for i, x := range v {
-				if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-					return fmt.Errorf("input %s: value %d is %v", in.id, i0+i, x)
-				}
-				le.PutUint32(raw[4*i:], math.Float32bits(x))
+	}
+	// one set of buffers per worker
+	type slot struct {
+		vals        []float32
+		plane, comp []byte
+		err         error
+	}
+	slots := make([]slot, min(workers, len(jobs)))
+	encode := func(s *slot, j chunkJob) {
+		in := f.inputs[j.in]
+		if s.vals == nil {
+			s.vals = make([]float32, chunk)
+			s.plane = make([]byte, 4*chunk)
+		}
+		v := s.vals[:j.i1-j.i0]
+		in.values(j.i0, j.i1, v)
+		for i, x := range v {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				s.err = fmt.Errorf("input %s: value %d is %v", in.id, j.i0+i, x)
+				return
 			}
-			shuffle(plane[:len(raw)], raw)
-			comp = enc.EncodeAll(plane[:len(raw)], comp[:0])
-			if len(comp) > maxGramComp {
-				return fmt.Errorf("input %s: a compressed chunk of %d bytes exceeds the format's limit", in.id, len(comp))
+		}
+		shuffle(s.plane[:4*len(v)], v)
+		s.comp = enc.EncodeAll(s.plane[:4*len(v)], s.comp[:0])
+	}
+	for b0 := 0; b0 < len(jobs); b0 += len(slots) {
+		batch := jobs[b0:min(b0+len(slots), len(jobs))]
+		var wg sync.WaitGroup
+		for k, j := range batch {
+			s := &slots[k]
+			s.err = nil
+			if k == len(batch)-1 {
+				encode(s, j)
+				continue
 			}
-			u32(uint32(len(raw)))
-			u32(uint32(len(comp)))
-			bw.Write(comp)
-			i0 = i1
+			wg.Add(1)
+			go func() { defer wg.Done(); encode(s, j) }()
+		}
+		wg.Wait()
+		for k, j := range batch {
+			if j.i0 == 0 {
+				header(f.inputs[j.in])
+			}
+			s := &slots[k]
+			if s.err != nil {
+				return s.err
+			}
+			if len(s.comp) > maxGramComp {
+				return fmt.Errorf("input %s: a compressed chunk of %d bytes exceeds the format's limit", f.inputs[j.in].id, len(s.comp))
+			}
+			u32(uint32(4 * (j.i1 - j.i0)))
+			u32(uint32(len(s.comp)))
+			bw.Write(s.comp)
 		}
 	}
 	bw.WriteString(gramEnd)
 	return bw.Flush()
 }
 
-// shuffle writes the bytes of src (float32 values) to dst by plane: byte k of value i goes to
-// dst[k·n+i]. The exponent and high mantissa bytes of nearby values repeat, which zstd finds
-// once they are contiguous.
-func shuffle(dst, src []byte) {
-	n := len(src) / 4
-	for i := 0; i < n; i++ {
-		dst[i] = src[4*i]
-		dst[n+i] = src[4*i+1]
-		dst[2*n+i] = src[4*i+2]
-		dst[3*n+i] = src[4*i+3]
+// shuffle writes the little-endian bytes of the float32 values src to dst by plane: byte k
+// of value i goes to dst[k·n+i]. The exponent and high mantissa bytes of nearby values
+// repeat, which zstd finds once they are contiguous.
+func shuffle(dst []byte, src []float32) {
+	n := len(src)
+	dst = dst[:4*n]
+	for i, v := range src {
+		b := math.Float32bits(v)
+		dst[i] = byte(b)
+		dst[n+i] = byte(b >> 8)
+		dst[2*n+i] = byte(b >> 16)
+		dst[3*n+i] = byte(b >> 24)
 	}
 }
 
@@ -690,6 +744,6 @@ func openHessianFile(path string) (*os.File, int64, error) {
 
 // saveHessianFile writes a Gram file atomically (temporary file, fsync, rename). This is the
 // only place Gram files are written.
-func saveHessianFile(path string, f *gramFileData) error {
-	return writeAtomic(path, func(w io.Writer) error { return writeGram(w, f) })
+func saveHessianFile(path string, f *gramFileData, workers int) error {
+	return writeAtomic(path, func(w io.Writer) error { return writeGram(w, f, workers) })
 }

@@ -65,11 +65,20 @@ func (r *run) packBytes() int64 {
 	return most
 }
 
-// gramWriteBytes is the memory of writing a Gram file (chunk buffers and the zstd encoder),
-// accounted once when any input gets a full Gram matrix. The accumulators themselves
-// (gramAccBytes per full input of the largest step) are added by planHessians, which keeps
-// them within the budget left by estimate.
-const gramWriteBytes = 32 << 20
+// gramWriteBytes is the memory of writing a Gram file with threads workers (chunk buffers
+// and a zstd encoder per writer, gramWriters of them), accounted once when any input gets a
+// full Gram matrix. The accumulators themselves (gramAccBytes per full input of the largest
+// step) are added by planHessians, which keeps them within the budget left by estimate.
+func gramWriteBytes(threads int) int64 { return int64(gramWriters(threads)) * gramWriterBytes }
+
+// gramWriterBytes bounds the memory of one Gram-file writer: a chunk's values and their byte
+// planes (gramChunkBytes each), the compressed chunk and the zstd encoder's state.
+const gramWriterBytes = 32 << 20
+
+// gramWriters is the number of chunks a Gram file compresses at a time with threads workers.
+// Compression is a small part of a step, so a few writers remove the time it kept one core
+// busy with the others idle; more would only add memory.
+func gramWriters(threads int) int { return min(max(threads, 1), 4) }
 
 func (r *run) threadCount() int {
 	if r.opts.Threads > 0 {
