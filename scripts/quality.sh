@@ -9,8 +9,10 @@
 # Environment: MODELS (default "qwen3 qwen3moe qwen35moe"), THREADS (default 2), WINDOWS
 # (held-out windows of 256 tokens, default 20), MAXLEN (calibration sequence length, default
 # 256: the models' training context), BUDGETS (more presets compared with the budget at their
-# size, default "q3_k_m q5_k_m"). A calibration already in OUT_DIR/MODEL/calib (hessians/
-# present) is reused; delete it to recalibrate. Needs the llama.cpp reference (make refs) and node.
+# size, default "q3_k_m q5_k_m"), DATASET (calibration prompt files, space-separated, passed to
+# tq calibrate --calibration-dataset; default: the built-in set). A calibration already in
+# OUT_DIR/MODEL/calib (hessians/ present) is reused; delete it to recalibrate. Needs the
+# llama.cpp reference (make refs) and node.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-build/quality}
@@ -19,6 +21,10 @@ THREADS=${THREADS:-2}
 WINDOWS=${WINDOWS:-20}
 MAXLEN=${MAXLEN:-256}
 BUDGETS=${BUDGETS:-"q3_k_m q5_k_m"}
+ds=()
+for f in ${DATASET:-}; do
+  ds+=(--calibration-dataset "$f")
+done
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 go build -o "$OUT/tq" ./cmd/tq
@@ -31,7 +37,7 @@ for m in $MODELS; do
   echo "== $m" >&2
   "$TQ" convert "$d" --outtype f16 -o "$o/f16.gguf" --no-manifest --threads "$THREADS" >&2
   if [ ! -f "$o/calib/hessians/index.json" ] || [ ! -f "$o/calib/sensitivity.json" ]; then
-    "$TQ" calibrate "$d" -o "$o/calib" --max-length "$MAXLEN" --threads "$THREADS" >&2
+    "$TQ" calibrate "$d" -o "$o/calib" --max-length "$MAXLEN" --threads "$THREADS" "${ds[@]}" >&2
   fi
   # llama.cpp's algorithm (tq's reference mode reproduces llama-quantize's bytes) with the imatrix
   "$TQ" convert "$d" --outtype q4_k_m --imatrix "$o/calib/imatrix.gguf" -o "$o/llamacpp-q4km.gguf" --no-manifest --threads "$THREADS" >&2
