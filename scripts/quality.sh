@@ -9,7 +9,7 @@
 # Environment: MODELS (default "qwen3 qwen3moe qwen35moe"), THREADS (default 2), WINDOWS
 # (held-out windows of 256 tokens, default 20), MAXLEN (calibration sequence length, default
 # 256: the models' training context), BUDGETS (more presets compared with the budget at their
-# size, default "q3_k_m q5_k_m"), DATASET (calibration prompt files, space-separated, passed to
+# size, default "q3_k_m q5_k_m"; empty for none), DATASET (calibration prompt files, space-separated, passed to
 # tq calibrate --calibration-dataset; default: the built-in set). A calibration already in
 # OUT_DIR/MODEL/calib (hessians/ present) is reused; delete it to recalibrate. Needs the
 # llama.cpp reference (make refs) and node.
@@ -20,7 +20,7 @@ MODELS=${MODELS:-"qwen3 qwen3moe qwen35moe"}
 THREADS=${THREADS:-2}
 WINDOWS=${WINDOWS:-20}
 MAXLEN=${MAXLEN:-256}
-BUDGETS=${BUDGETS:-"q3_k_m q5_k_m"}
+BUDGETS=${BUDGETS-"q3_k_m q5_k_m"}
 ds=()
 for f in ${DATASET:-}; do
   ds+=(--calibration-dataset "$f")
