@@ -144,8 +144,8 @@ func writeGram(w io.Writer, f *gramFileData, workers int) error {
 	u16 := func(v int) { le.PutUint16(b[:2], uint16(v)); bw.Write(b[:2]) }
 	u32 := func(v uint32) { le.PutUint32(b[:4], v); bw.Write(b[:4]) }
 	str := func(s string) error {
-		if s == "" || len(s) > maxGramName || !utf8.ValidString(s) {
-			return fmt.Errorf("name %q exceeds the format's limits", s)
+		if err := checkGramName(s); err != nil {
+			return err
 		}
 		u16(len(s))
 		bw.WriteString(s)
@@ -196,10 +196,7 @@ func writeGram(w io.Writer, f *gramFileData, workers int) error {
 			(in.kind == GramFull && in.cols > MaxGramCols) || (in.kind == GramDiagonal && in.cols > maxGramDiagCols) {
 			return 0, fmt.Errorf("input %s: %d values of %d matrices × %d columns (kind %d) exceed the format's limits", in.id, in.nvals, nmat, in.cols, in.kind)
 		}
-		if in.id == "" || len(in.id) > maxGramName || !utf8.ValidString(in.id) {
-			return 0, fmt.Errorf("name %q exceeds the format's limits", in.id)
-		}
-		return seg, nil
+		return seg, checkGramName(in.id)
 	}
 	for k, in := range f.inputs {
 		seg, err := segment(in)
@@ -213,7 +210,7 @@ func writeGram(w io.Writer, f *gramFileData, workers int) error {
 		}
 	}
 	header := func(in *gramInput) {
-		str(in.id) // checked by segment
+		str(in.id) // checked by segment: cannot fail
 		bw.WriteByte(byte(in.kind))
 		bw.WriteByte(byte(in.reason))
 		u32(uint32(in.cols))
@@ -279,6 +276,14 @@ func writeGram(w io.Writer, f *gramFileData, workers int) error {
 	}
 	bw.WriteString(gramEnd)
 	return bw.Flush()
+}
+
+// checkGramName reports whether a weight or input name fits the format.
+func checkGramName(s string) error {
+	if s == "" || len(s) > maxGramName || !utf8.ValidString(s) {
+		return fmt.Errorf("name %q exceeds the format's limits", s)
+	}
+	return nil
 }
 
 // shuffle writes the little-endian bytes of the float32 values src to dst by plane: byte k
