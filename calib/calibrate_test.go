@@ -10,6 +10,7 @@ import (
 
 	"github.com/tq-project/tq/infer"
 	"github.com/tq-project/tq/internal/fixtures"
+	"github.com/tq-project/tq/quant/kernels"
 )
 
 // TestCalibrateMatchesFullForward checks the layer-by-layer statistics against a
@@ -20,7 +21,11 @@ import (
 // (relative 1e-12); the max |x| must be equal exactly. The input Gram matrices are checked
 // against a float64 XᵀX of the same activations (checkHessians); "qwen3moe-diag" calibrates
 // without per-expert matrices (ExpertHessianBytes < 0), so the experts' reconstruction is checked.
+// The AMX path is off here: it sums bf16 products in another order than the float32-weight
+// forward (TestCalibrateAMXAgrees compares it).
 func TestCalibrateMatchesFullForward(t *testing.T) {
+	kernels.SetAMX(false)
+	defer kernels.SetAMX(true)
 	for _, arch := range []string{"qwen3", "qwen3moe", "qwen3moe-diag", "llama", "qwen35moe", "qwen35"} {
 		t.Run(arch, func(t *testing.T) {
 			var expertBytes int64
@@ -264,3 +269,96 @@ func (r *rowRecorder) Linear(name string, _ int, x []float32, n, cols int) {
 }
 
 func (r *rowRecorder) Route(int, []int32, []float32, int, int) {}
+
+// TestCalibrateAMXAgrees runs the calibration forward with the AMX GEMM (where the machine has
+// it) and without, and requires the statistics and Gram matrices to agree to float32 rounding
+// carried through the layers: relative 1e-3 for Σx², max |x| and every Gram entry (against
+// the largest diagonal entry of its matrix). The two orders of summation differ by a few units
+// of 2⁻²⁴ per product (TestSgemmHalfAMX), which each layer passes on to the next and which
+// the hybrid's recurrence and the gated products amplify (up to 1.1·10⁻⁴ seen on a single
+// max |x|, qwen35moe's fourth block); a wrong product is off by far more than that.
+func TestCalibrateAMXAgrees(t *testing.T) {
+	if !kernels.HasAMX() {
+		t.Skip("no AMX-BF16 on this machine: the calibration forward runs the FMA GEMM only")
+	}
+	for _, arch := range []string{"qwen3", "qwen3moe", "qwen35moe"} {
+		t.Run(arch, func(t *testing.T) {
+			dir := genModel(t, fixtures.Preset(arch))
+			seqs := randSeqs(7, 4, vocabOf(t, dir), 40, 150, 64)
+			o := Options{Sequences: seqs, Threads: 2, UncoveredSample: -1, NoBaseline: true, NoSensitivity: true, SensitivityTokens: -1}
+			kernels.SetAMX(false)
+			off := calibrate(t, dir, o)
+			kernels.SetAMX(true)
+			on := calibrate(t, dir, o)
+			worst := 0.0
+			close := func(what string, a, b, scale float64) {
+				t.Helper()
+				if math.Abs(a-b) > 1e-3*scale {
+					t.Fatalf("%s: %g with AMX, %g without", what, b, a)
+				}
+				if scale > 0 {
+					worst = max(worst, math.Abs(a-b)/scale)
+				}
+			}
+			for name, ts := range off.Stats.Tensors {
+				t2 := on.Stats.Tensors[name]
+				if t2 == nil || !slices.Equal(ts.Counts, t2.Counts) {
+					t.Fatalf("%s: counts differ", name)
+				}
+				for i := range ts.SumSq {
+					close(name+" Σx²", ts.SumSq[i], t2.SumSq[i], math.Abs(ts.SumSq[i]))
+					close(name+" max|x|", float64(ts.MaxAbs[i]), float64(t2.MaxAbs[i]), math.Abs(float64(ts.MaxAbs[i])))
+				}
+			}
+			h0, err := OpenHessians(off.HessianDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h1, err := OpenHessians(on.HessianDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, name := range h0.Names() {
+				ref := h0.weights[name]
+				experts := []int{-1}
+				if ref.w.experts >= 0 {
+					experts = experts[:0]
+					for e := range ref.ix.inputs[ref.w.experts].counts {
+						experts = append(experts, e)
+					}
+				}
+				for _, e := range experts {
+					g0, ok0, err := h0.For(name, e)
+					if err != nil {
+						t.Fatal(err)
+					}
+					g1, ok1, err := h1.For(name, e)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if ok0 != ok1 {
+						t.Fatalf("%s[%d]: a Gram matrix with one path only", name, e)
+					}
+					if !ok0 {
+						continue
+					}
+					big := 0.0
+					for i := 0; i < g0.SymmetricDim(); i++ {
+						big = max(big, g0.At(i, i))
+					}
+					for i := 0; i < g0.SymmetricDim(); i++ {
+						for j := i; j < g0.SymmetricDim(); j++ {
+							close(name+" Gram", g0.At(i, j), g1.At(i, j), big)
+						}
+					}
+					n++
+				}
+			}
+			if n == 0 {
+				t.Fatal("no Gram matrices compared")
+			}
+			t.Logf("largest relative difference: %.2g", worst)
+		})
+	}
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tq-project/tq/infer"
 	"github.com/tq-project/tq/internal/fixtures"
+	"github.com/tq-project/tq/quant/kernels"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -433,6 +434,8 @@ func TestExpertHessianBudget(t *testing.T) {
 // answer ok=false for them; a second run with a column limit of 256 drops the FFN intermediate
 // for that reason.
 func TestHessianBudgetFallback(t *testing.T) {
+	kernels.SetAMX(false) // bf16 matrices are packed only off the AMX path
+	defer kernels.SetAMX(true)
 	o := fixtures.Preset("qwen3")
 	o.Layers = 1
 	dir := genModel(t, o)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/infer"
+	"github.com/tq-project/tq/quant/kernels"
 )
 
 // estimate is the memory accounted besides the hidden states kept in RAM.
@@ -38,6 +39,13 @@ func (r *run) estimate() int64 {
 		}
 		stats += 12 * d.Shape[0] * nm
 	}
+	if kernels.UsingAMX() {
+		// the AMX GEMM of bf16 weights (infer's matmulAMX): a batch's activation rows split
+		// into three bf16 pieces, and per worker a packed tile of up to 512 weight rows
+		maxIn := max(E, nff, int64(c.QDim()))
+		act += kernels.SplitRowsBytes(int(B), int(maxIn)) / 4
+		pool += threads * 256 * maxIn
+	}
 	floats := act + kv + pool + hiddenBufs + search
 	const runtimeBase = 80 << 20 // Go runtime, binary, tokenizer metadata
 	// loadLayer's readers: per thread a float32 chunk and the reader's buffer of it in the
@@ -50,13 +58,14 @@ func (r *run) estimate() int64 {
 const packMaxUnbudgeted = 1 << 30
 
 // packBytes is the most memory infer's PackWeights takes for one block: every 16-bit matrix
-// widened to float32 and packed (infer.PackedWeightBytes).
+// widened to float32 and packed (infer.PackedWeightBytes), except bf16 ones on the AMX path,
+// which infer multiplies without keeping them packed.
 func (r *run) packBytes() int64 {
 	var most int64
 	for il := 0; il < r.cfg.NLayer; il++ {
 		var n int64
 		for _, d := range layerDescs(r.src, il) {
-			if halfType(d) != 0 {
+			if ht := halfType(d); ht == gguf.TypeF16 || ht == gguf.TypeBF16 && !kernels.UsingAMX() {
 				n += infer.PackedWeightBytes(d.Shape)
 			}
 		}

@@ -245,6 +245,51 @@ var kTiles = map[gguf.GGMLType]kernels.Type{
 	gguf.TypeQ2_K: kernels.Q2_K, gguf.TypeQ3_K: kernels.Q3_K, gguf.TypeIQ4_XS: kernels.IQ4_XS,
 }
 
+// amxTileMax bounds the weight rows of one AMX GEMM call. Every call streams all the split
+// activation rows (six bytes per value) from memory, so the tiles are as wide as this allows,
+// and as many as the workers (or a multiple of them), so that they finish together.
+const amxTileMax = 512
+
+// amxTiles splits out weight rows into nt tiles of rows rows (a multiple of 32; the last tile
+// may be shorter).
+func amxTiles(out, workers int) (nt, rows int) {
+	workers = max(workers, 1)
+	nt = workers * ((out + workers*amxTileMax - 1) / (workers * amxTileMax))
+	rows = (out + nt - 1) / nt
+	rows = (rows + 31) / 32 * 32
+	return (out + rows - 1) / rows, rows
+}
+
+// amxPackPool holds per-worker scratch for the packed weight tile of the AMX path.
+var amxPackPool = sync.Pool{New: func() any { return new([]uint32) }}
+
+// matmulAMX is matmulGemm for bf16 weights on the AMX path (kernels.UsingAMX): the activation
+// rows are split into bf16 pieces once (kernels.SplitRows, rows spread over the workers), then
+// every tile of weight rows (amxTiles) is packed and multiplied (kernels.SgemmHalfSplit). Each
+// product of a piece with a weight is exact and the sums are float32, so the result agrees
+// with the FMA GEMM's to float32 rounding, in another order of addition. PackWeights is not
+// used: packing the bf16 rows costs little beside the product.
+func (s *Session) matmulAMX(l *linear, e int, xr []float32, T int, y []float32) {
+	n, out := l.in, l.out
+	s.split.Reset(T, n)
+	s.m.pool.run(T, 16, func(_, lo, hi int) { s.split.Set(lo, hi, xr, n) })
+	nt, rows := amxTiles(out, s.m.pool.n)
+	s.m.pool.run(nt, 1, func(_, lo, hi int) {
+		pp := amxPackPool.Get().(*[]uint32)
+		for ti := lo; ti < hi; ti++ {
+			r0 := ti * rows
+			r1 := min(out, r0+rows)
+			off := (e*l.out + r0) * l.rowBytes
+			var err error
+			*pp, err = kernels.SgemmHalfSplit(&s.split, r1-r0, l.data[off:off+(r1-r0)*l.rowBytes], n, y[r0:], out, false, *pp)
+			if err != nil {
+				panic(err) // shapes are ours
+			}
+		}
+		amxPackPool.Put(pp)
+	})
+}
+
 // tilePool holds dequantized weight tiles for the GEMM path.
 var tilePool = sync.Pool{New: func() any { return new([]float32) }}
 
@@ -269,6 +314,10 @@ func (s *Session) matmulGemm(l *linear, e int, x []float32, T int, y []float32, 
 		s.xr = grow(s.xr, T*n)
 		xr = s.xr
 		s.roundActs(l.k.act, xr, x, T, n)
+	}
+	if !lanes8 && l.t == gguf.TypeBF16 && kernels.UsingAMX() {
+		s.matmulAMX(l, e, xr, T, y)
+		return
 	}
 	nt := (out + gemmTile - 1) / gemmTile
 	var packed []*kernels.PackedHalf

@@ -93,3 +93,10 @@ func asymProxyAVX2(p *ProxyLanes, n int, D, Dm, smax float64, varyD, sPos int) {
 func asymScore8AVX2(x, w *float32, n int, mn float32, id *[8]float32, nmax int32, out *[24]float32) {
 	panic(noAsm)
 }
+
+func haveAMX() bool { return false }
+func amxKernel32x32BF16(ks int, a0, a1 *uint16, b *uint32, c *float32, ldc int, acc bool, cfg *byte) {
+	panic(noAsm)
+}
+func splitBF16x3AVX512(dst *uint16, src *float32, steps int)         { panic(noAsm) }
+func packTilesBF16AVX512(dst *uint32, src *byte, ldb int, steps int) { panic(noAsm) }

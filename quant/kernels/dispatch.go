@@ -20,13 +20,17 @@ func UsingAsm() bool { return haveAsm && !forcePure.Load() }
 // Implementation names the kernel set in use, for logs and benchmark reports.
 func Implementation() string {
 	if UsingAsm() {
+		amx := ""
+		if UsingAMX() {
+			amx = ", AMX-BF16 GEMM for bf16 weights"
+		}
 		switch {
 		case useVNNI():
-			return "amd64 AVX2+FMA+F16C assembly, AVX-512 VNNI kernels (batch and gemv) and SGEMM"
+			return "amd64 AVX2+FMA+F16C assembly, AVX-512 VNNI kernels (batch and gemv) and SGEMM" + amx
 		case use512():
-			return "amd64 AVX2+FMA+F16C assembly, AVX-512F SGEMM"
+			return "amd64 AVX2+FMA+F16C assembly, AVX-512F SGEMM" + amx
 		}
-		return "amd64 AVX2+FMA+F16C assembly"
+		return "amd64 AVX2+FMA+F16C assembly" + amx
 	}
 	return "pure Go"
 }

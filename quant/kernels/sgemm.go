@@ -132,7 +132,10 @@ func use512() bool { return have512 && useAsm() && !avx512Off.Load() }
 // SgemmHalf is Sgemm with B in 16-bit floats: t is BF16 or F16 and b holds n rows of k
 // little-endian values, ldb values apart. Widening either type to float32 is exact, so the
 // result is, bit for bit, Sgemm's on the widened B; the assembly path widens the values while
-// it packs them (16 rows at a time), instead of reading a float32 copy of B.
+// it packs them (16 rows at a time), instead of reading a float32 copy of B. Where the AMX
+// path is in use (UsingAMX), bf16 B is multiplied by AMX tiles instead (amx.go): the same
+// exact products summed in float32 in another order, so the result agrees with Sgemm's to
+// float32 rounding, not bit for bit.
 func SgemmHalf(t Type, m, n, k int, a []float32, lda int, b []byte, ldb int, c []float32, ldc int, accumulate bool) error {
 	if t != BF16 && t != F16 {
 		return fmt.Errorf("kernels: SgemmHalf: type %v is not bf16 or f16", t)
@@ -142,6 +145,15 @@ func SgemmHalf(t Type, m, n, k int, a []float32, lda int, b []byte, ldb int, c [
 	}
 	if !useAsm() || m == 0 || n == 0 || k == 0 {
 		return Sgemm(m, n, k, a, lda, widenRows(t, n, k, b, ldb), max(1, k), c, ldc, accumulate)
+	}
+	if t == BF16 && UsingAMX() {
+		sc := amxPool.Get().(*amxScratch)
+		defer amxPool.Put(sc)
+		sc.rows.Reset(m, k)
+		sc.rows.Set(0, m, a, lda)
+		var err error
+		sc.pack, err = SgemmHalfSplit(&sc.rows, n, b, ldb, c, ldc, accumulate, sc.pack)
+		return err
 	}
 	sgemmPacked(k, a, lda, c, ldc, accumulate, 0, m, 0, n, func(buf *sgemmBuf, jc, nc, pc, kc int) []float32 {
 		packHalfBlock(t, buf.b[:], buf.h[:], b, ldb, jc, nc, pc, kc)
@@ -180,10 +192,11 @@ type PackedHalf struct {
 	n, k int
 	asm  bool      // b holds the assembly's panels; otherwise the widened row-major B
 	b    []float32 // the (jc, pc) blocks in sgemmPacked's order, ⌈nc/16⌉·16·kc floats each
+	amx  []uint32  // bf16 B packed for the AMX kernel (packBF16AMX) instead of b
 }
 
 // Bytes is the memory the packed matrix holds.
-func (p *PackedHalf) Bytes() int64 { return 4 * int64(cap(p.b)) }
+func (p *PackedHalf) Bytes() int64 { return 4 * int64(cap(p.b)+cap(p.amx)) }
 
 // PackHalf widens and packs the n×k matrix b (type t, BF16 or F16; rows ldb values apart) for
 // SgemmPackedHalf.
@@ -195,6 +208,11 @@ func PackHalf(t Type, n, k int, b []byte, ldb int) (*PackedHalf, error) {
 		return nil, fmt.Errorf("kernels: PackHalf: %d×%d with stride %d does not fit %d values", n, k, ldb, len(b)/2)
 	}
 	p := &PackedHalf{n: n, k: k, asm: useAsm()}
+	if t == BF16 && n > 0 && k > 0 && UsingAMX() { // SgemmHalf's AMX path, bf16 kept
+		p.amx = make([]uint32, amxPackedLen(n, k))
+		packBF16AMX(p.amx, b, ldb, n, k)
+		return p, nil
+	}
 	if !p.asm || n == 0 || k == 0 {
 		p.asm = false
 		p.b = widenRows(t, n, k, b, ldb)
@@ -215,12 +233,27 @@ func PackHalf(t Type, n, k int, b []byte, ldb int) (*PackedHalf, error) {
 }
 
 // SgemmPackedHalf is SgemmHalf with B packed by PackHalf: the same result bit for bit, without
-// packing B again. It fails if the assembly was in use when B was packed and is not now
-// (SetPureGo in between); the caller then multiplies the 16-bit matrix with SgemmHalf.
+// packing B again. It fails if the assembly (or, for bf16, the AMX path) was in use when B was
+// packed and is not now (SetPureGo or SetAMX in between); the caller then multiplies the
+// 16-bit matrix with SgemmHalf.
 func SgemmPackedHalf(m int, a []float32, lda int, p *PackedHalf, c []float32, ldc int, accumulate bool) error {
 	n, k := p.n, p.k
 	if err := checkSgemm("SgemmPackedHalf", m, n, k, a, lda, n*k, max(1, k), c, ldc, 0, m, 0, n); err != nil {
 		return err
+	}
+	if p.amx != nil {
+		if !UsingAMX() {
+			return fmt.Errorf("kernels: SgemmPackedHalf: B was packed for AMX, which is now off")
+		}
+		if m == 0 {
+			return nil
+		}
+		sc := amxPool.Get().(*amxScratch)
+		defer amxPool.Put(sc)
+		sc.rows.Reset(m, k)
+		sc.rows.Set(0, m, a, lda)
+		sgemmAMX(&sc.rows, n, p.amx, c, ldc, accumulate, amxKernelAsm)
+		return nil
 	}
 	if !p.asm {
 		return Sgemm(m, n, k, a, lda, p.b, max(1, k), c, ldc, accumulate)
@@ -254,7 +287,8 @@ func widenRows(t Type, n, k int, b []byte, ldb int) []float32 {
 // panels, the last one zero-padded).
 func packedLen(nc, kc int) int { return (nc + sgNR - 1) / sgNR * sgNR * kc }
 
-// PackedHalfBytes is the memory PackHalf takes for an n×k matrix with the assembly.
+// PackedHalfBytes is the memory PackHalf takes for an n×k matrix with the assembly (at most:
+// bf16 packed for the AMX path takes half of it).
 func PackedHalfBytes(n, k int) int64 {
 	var size int64
 	for jc := 0; jc < n; jc += sgNC {

@@ -190,6 +190,8 @@ func TestSgemmHalf(t *testing.T) {
 		{1, 1, 1, 1, 1, 1}, {6, 16, 8, 8, 8, 16}, {5, 15, 3, 3, 3, 15}, {7, 17, 33, 40, 35, 20},
 		{13, 530, 300, 300, 301, 533}, {150, 40, 257, 260, 257, 41}, {12, 64, 520, 520, 530, 64},
 	}
+	SetAMX(false) // the FMA path, bit for bit; TestSgemmHalfAMX covers AMX
+	defer SetAMX(true)
 	forEachImpl(t, func(t *testing.T) {
 		for _, typ := range []Type{BF16, F16} {
 			for si, sh := range shapes {
