@@ -211,11 +211,11 @@ func packBF16AMX(dst []uint32, b []byte, ldb, n, k int) {
 	}
 }
 
-// amxKC is the steps of k one pass of sgemmAMX covers (256 values): a 32-row block of the
-// split rows (48 KiB) stays in L1 while it meets every column block, and up to 512 packed
-// columns (256 KiB) stay in L2 across the row blocks. Larger passes measured slower
-// (BenchmarkSgemmHalfAMX; the split rows of a batch do not fit in L2).
-const amxKC = 8
+// amxKC is the steps of k one pass of sgemmAMX covers (512 values): a 32-row block of the
+// split rows (96 KiB) and up to 512 packed columns (512 KiB) stay in L2 across the pass. 4
+// and 8 steps measured no better (BenchmarkSgemmHalfAMX; the runs were noisy), 32 and 64
+// slower.
+const amxKC = 16
 
 // sgemmAMX computes C[0:m, 0:n] (+)= A·Bᵀ from the split rows s (m rows, k values) and B
 // packed by packBF16AMX (n columns): for each pass of amxKC steps, every 32×32 block; kern is
