@@ -133,7 +133,10 @@ func writeGram(w io.Writer, f *gramFileData, workers int) error {
 		return fmt.Errorf("%d weights and %d inputs exceed the format's limit", len(f.weights), len(f.inputs))
 	}
 	workers = max(1, workers)
-	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(workers))
+	// the fastest level: on the 196 M benchmark model's 262 MB of Gram files it took 1.24
+	// CPU-seconds against the default level's 2.32, for 0.6 % more bytes (the byte planes
+	// leave little for a longer match search to find)
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(workers))
 	if err != nil {
 		return err
 	}
