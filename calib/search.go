@@ -54,7 +54,8 @@ type TensorChoice struct {
 	// rows only: the value is WeightedRMSE times the ratio of the two searches there.
 	UnweightedWeightedRMSE float64 `json:"unweighted_search_weighted_rmse,omitempty"`
 	// AltType/AltBPW/AltOutputMSE describe the other bit width (int8 when the choice is int4
-	// and vice versa), measured for the sensitivity figure.
+	// and vice versa), measured for the sensitivity figure (with the probe, on the probe's
+	// rows, scaled as UnweightedWeightedRMSE is).
 	AltType      string  `json:"alt_type,omitempty"`
 	AltBPW       float64 `json:"alt_bpw,omitempty"`
 	AltOutputMSE float64 `json:"alt_output_mse,omitempty"`
@@ -297,6 +298,7 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 	}
 	ms := make([]meas, len(cands))
 	probeAcc := make([]errAcc, len(cands)) // each candidate's figures on the probe's rows
+	probeOut := make([]float64, len(cands))
 	part := partAll
 	if probe {
 		part = partProbe
@@ -308,7 +310,7 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 			return nil, err
 		}
 		acc.full = !probe
-		ms[k], probeAcc[k] = meas{acc, out}, acc
+		ms[k], probeAcc[k], probeOut[k] = meas{acc, out}, acc, out
 		if acc.wsq < ms[best].acc.wsq {
 			best = k
 		}
@@ -357,9 +359,19 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 		}
 	}
 	if at != 0 {
+		// with the probe, the other width is measured on the probe's rows too and scaled by
+		// the chosen container's ratio of all rows to those (a figure for reports only:
+		// budgets use the measured sensitivities)
 		var err error
-		if _, altMSE, err = measure(at, true, partAll); err != nil {
+		if _, altMSE, err = measure(at, true, part); err != nil {
 			return nil, err
+		}
+		if probe {
+			if probeOut[chosen] > 0 {
+				altMSE *= ms[chosen].out / probeOut[chosen]
+			} else {
+				altMSE *= float64(len(sel)) / float64((len(sel)+probeStride-1)/probeStride)
+			}
 		}
 	}
 	// the sums cover the sampled rows: scale the per-token output error to all rows

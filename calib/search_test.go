@@ -114,8 +114,9 @@ func TestSearchProbe(t *testing.T) {
 				}
 			}
 			// the unweighted baseline: with the probe it runs on the probe's rows, and the
-			// recorded gain is the ratio of the two searches on exactly those rows
-			o.NoBaseline, o.noProbe = false, false
+			// recorded gain is the ratio of the two searches on exactly those rows; the other
+			// width (int8) too, its figure over the chosen container's that of those rows
+			o.NoBaseline, o.noProbe, o.NoSensitivity = false, false, false
 			gb, err := SearchTensor(name, shape, read, impf, share, o)
 			if err != nil {
 				t.Fatal(err)
@@ -138,7 +139,7 @@ func TestSearchProbe(t *testing.T) {
 				copy(dst, sub[(e*subRows+r0)*cols:(e*subRows+r0+n)*cols])
 				return nil
 			}
-			so := &SearchOptions{Config: o.Config, Threads: 2, NoSensitivity: true, SampleRows: -1, noProbe: true}
+			so := &SearchOptions{Config: o.Config, Threads: 2, SampleRows: -1, noProbe: true}
 			ref, err := SearchTensor(name, []int64{cols, int64(subRows), int64(nmat)}, readSub, impf, share, so)
 			if err != nil {
 				t.Fatal(err)
@@ -149,7 +150,12 @@ func TestSearchProbe(t *testing.T) {
 					gb.UnweightedWeightedRMSE/gb.WeightedRMSE, gb.UnweightedWeightedRMSE, gb.WeightedRMSE, subRows,
 					ref.UnweightedWeightedRMSE/ref.WeightedRMSE)
 			}
-			o.NoBaseline = true
+			if gb.AltOutputMSE <= 0 || ref.AltOutputMSE <= 0 || gb.AltType != "q8_0" ||
+				!near(gb.AltOutputMSE/gb.OutputMSE, ref.AltOutputMSE/ref.OutputMSE) {
+				t.Fatalf("%s, %d rows: other width %s %v over %v, on the %d probe rows alone %v over %v", name, rows,
+					gb.AltType, gb.AltOutputMSE, gb.OutputMSE, subRows, ref.AltOutputMSE, ref.OutputMSE)
+			}
+			o.NoBaseline, o.NoSensitivity = true, true
 			if usesProbe && probed >= all {
 				t.Fatalf("%s, %d×%d rows: the probe saved nothing (%d rows read, %d without it)", name, nmat, rows, probed, all)
 			}
