@@ -21,8 +21,8 @@ const gramChunkRows = 512
 //
 // Rows are buffered (transposed) until gramChunkRows have arrived; then the chunk's
 // contribution XᵀX is computed by the float32 GEMM of quant/kernels (AVX2/AVX-512 assembly)
-// in square tiles of the upper triangle, spread over the threads, and each tile is added to the
-// float64 accumulator. An entry of a chunk is therefore a float32 sum of at most 512 products:
+// in square tiles of the upper triangle, spread over the threads (each column block packed
+// once for all its tiles), and each tile is added to the float64 accumulator. An entry of a chunk is therefore a float32 sum of at most 512 products:
 // its rounding error is below 512·2⁻²⁴·Σ|x_i x_j| ≈ 3·10⁻⁵ of the chunk's Σ|x_i x_j| in the
 // worst case (about √512·2⁻²⁴ ≈ 1.4·10⁻⁶ typically), and the float64 sum over chunks adds
 // nothing visible. The stored file rounds to float32 anyway (relative 6·10⁻⁸).
@@ -42,8 +42,9 @@ type gramAcc struct {
 type gramBuf struct {
 	xt      []float32 // pending rows, transposed: column i of row r at xt[i*gramChunkRows+r]
 	pending int
-	owner   *gramAcc    // the accumulator whose rows are pending
-	tile    [][]float32 // per worker: one gramTile² block
+	owner   *gramAcc             // the accumulator whose rows are pending
+	tile    [][]float32          // per worker: one gramTile² block
+	packed  []kernels.PackedHalf // per column block of gramTile: its pending rows packed for the GEMM
 }
 
 func newGramBuf(cols int) *gramBuf { return &gramBuf{xt: make([]float32, cols*gramChunkRows)} }
@@ -70,7 +71,9 @@ func gramAccBytes(cols, threads int) int64 { return gramAccsBytes(cols, 1, threa
 // gramAccsBytes is the memory of nmat accumulators of cols columns sharing one buffer.
 func gramAccsBytes(cols, nmat, threads int) int64 {
 	c := int64(cols)
-	return int64(nmat)*4*c*(c+1) + 4*c*gramChunkRows + int64(max(threads, 1))*4*gramTile*gramTile
+	nb := (c + gramTile - 1) / gramTile
+	return int64(nmat)*4*c*(c+1) + 4*c*gramChunkRows + int64(max(threads, 1))*4*gramTile*gramTile +
+		4*(c+16*nb)*gramChunkRows // the packed column blocks (16-row panels)
 }
 
 // add accumulates n rows of x (row-major, cols each); the last chunk waits for flush.
@@ -128,9 +131,34 @@ func (a *gramAcc) flush() error {
 	for len(b.tile) < threads {
 		b.tile = append(b.tile, make([]float32, gramTile*gramTile))
 	}
+	if len(b.packed) < nb {
+		b.packed = append(b.packed, make([]kernels.PackedHalf, nb-len(b.packed))...)
+	}
 	var next atomic.Int64
 	var firstErr error
 	var mu sync.Mutex
+	fail := func(err error) {
+		mu.Lock()
+		if firstErr == nil {
+			firstErr = err
+		}
+		mu.Unlock()
+	}
+	// every column block is packed once for the GEMM, then multiplied by every row block at
+	// or before it
+	pack := func(int) {
+		for {
+			bj := int(next.Add(1) - 1)
+			if bj >= nb {
+				return
+			}
+			j0 := bj * gramTile
+			if err := b.packed[bj].SetF32(min(gramTile, c-j0), k, xt[j0*ld:], ld); err != nil {
+				fail(err)
+				return
+			}
+		}
+	}
 	work := func(w int) {
 		tile := b.tile[w]
 		for {
@@ -141,47 +169,48 @@ func (a *gramAcc) flush() error {
 			bi, bj := pairOf(p, nb)
 			i0, j0 := bi*gramTile, bj*gramTile
 			m, n := min(gramTile, c-i0), min(gramTile, c-j0)
-			if err := kernels.Sgemm(m, n, k, xt[i0*ld:], ld, xt[j0*ld:], ld, tile, gramTile, false); err != nil {
-				mu.Lock()
-				if firstErr == nil {
-					firstErr = err
-				}
-				mu.Unlock()
+			if err := kernels.SgemmPackedHalf(m, xt[i0*ld:], ld, &b.packed[bj], tile, gramTile, false); err != nil {
+				fail(err)
 				return
 			}
 			for r := 0; r < m; r++ {
 				i := i0 + r
 				c0 := max(0, i-j0) // the diagonal block keeps j >= i
 				src := tile[r*gramTile+c0 : r*gramTile+n]
-				dst := a.g[packedRow(c, i)+j0+c0-i:]
-				dst = dst[:len(src)]
-				for j, v := range src {
-					dst[j] += float64(v)
-				}
+				kernels.AddF32ToF64(a.g[packedRow(c, i)+j0+c0-i:][:len(src)], src)
 			}
 		}
 	}
-	if threads == 1 {
-		work(0)
-	} else {
-		var wg sync.WaitGroup
-		for w := 0; w < threads; w++ {
-			wg.Add(1)
-			go func() { defer wg.Done(); work(w) }()
+	run := func(f func(int), jobs int) {
+		next.Store(0)
+		if t := min(threads, jobs); t <= 1 {
+			f(0)
+		} else {
+			var wg sync.WaitGroup
+			for w := 0; w < t; w++ {
+				wg.Add(1)
+				go func() { defer wg.Done(); f(w) }()
+			}
+			wg.Wait()
 		}
-		wg.Wait()
+	}
+	run(pack, nb)
+	if firstErr == nil {
+		run(work, npairs)
 	}
 	return firstErr
 }
 
-// pairOf maps p in [0, nb(nb+1)/2) to the block pair (bi, bj), bi <= bj, row by row.
+// pairOf maps p in [0, nb(nb+1)/2) to the block pair (bi, bj), bi <= bj, column by column
+// (bj = 0: (0,0); bj = 1: (0,1), (1,1); ...), so that consecutive pairs share the packed
+// column block while it is in cache.
 func pairOf(p, nb int) (int, int) {
-	bi := 0
-	for p >= nb-bi {
-		p -= nb - bi
-		bi++
+	bj := 0
+	for p > bj {
+		p -= bj + 1
+		bj++
 	}
-	return bi, bi + p
+	return p, bj
 }
 
 // transposeMinPerWorker is the fewest values a transposeRows worker takes: below it the

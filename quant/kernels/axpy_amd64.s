@@ -92,3 +92,41 @@ sc1loop:
 scdone:
 	VZEROUPPER
 	RET
+
+// func addF32ToF64AVX2(dst *float64, src *float32, n int)
+TEXT ·addF32ToF64AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	CMPQ CX, $8
+	JLT  ad1
+
+ad8loop:
+	VCVTPS2PD 0(SI), Y0
+	VCVTPS2PD 16(SI), Y1
+	VADDPD    0(DI), Y0, Y0
+	VADDPD    32(DI), Y1, Y1
+	VMOVUPD   Y0, 0(DI)
+	VMOVUPD   Y1, 32(DI)
+	ADDQ      $32, SI
+	ADDQ      $64, DI
+	SUBQ      $8, CX
+	CMPQ      CX, $8
+	JGE       ad8loop
+
+ad1:
+	TESTQ CX, CX
+	JZ    addone
+
+ad1loop:
+	VCVTSS2SD 0(SI), X0, X0
+	VADDSD    0(DI), X0, X0
+	VMOVSD    X0, 0(DI)
+	ADDQ      $4, SI
+	ADDQ      $8, DI
+	DECQ      CX
+	JNZ       ad1loop
+
+addone:
+	VZEROUPPER
+	RET

@@ -184,7 +184,8 @@ func packHalfBlock(t Type, dst, h []float32, b []byte, ldb, jc, nc, pc, kc int) 
 	}
 }
 
-// PackedHalf is a 16-bit B (n×k) widened and packed once, for SgemmPackedHalf: what SgemmHalf
+// PackedHalf is a 16-bit B (n×k) widened and packed once (or a float32 one packed, SetF32), for
+// SgemmPackedHalf: what SgemmHalf
 // packs on every call, kept for a matrix that multiplies many activation batches (the
 // calibration forward runs every sequence through a block's weights). It takes 4·n·k bytes
 // (panels padded to 16 rows), twice the 16-bit matrix.
@@ -230,6 +231,41 @@ func PackHalf(t Type, n, k int, b []byte, ldb int) (*PackedHalf, error) {
 		}
 	}
 	return p, nil
+}
+
+// SetF32 packs the float32 n×k matrix b (rows ldb values apart) into p for SgemmPackedHalf,
+// reusing p's memory: Sgemm's packing done once, for a B that multiplies several A (the Gram
+// matrices' column blocks). SgemmPackedHalf then gives Sgemm's result bit for bit.
+func (p *PackedHalf) SetF32(n, k int, b []float32, ldb int) error {
+	if n < 0 || k < 0 || ldb < max(1, k) || !fitsMatrix(n, k, ldb, len(b)) {
+		return fmt.Errorf("kernels: PackedHalf.SetF32: %d×%d with stride %d does not fit %d values", n, k, ldb, len(b))
+	}
+	p.n, p.k, p.asm, p.amx = n, k, useAsm(), nil
+	size := n * k
+	if p.asm {
+		size = int(PackedHalfBytes(n, k) / 4)
+	}
+	if cap(p.b) < size {
+		p.b = make([]float32, size)
+	}
+	p.b = p.b[:size]
+	if !p.asm || n == 0 || k == 0 {
+		p.asm = false
+		for j := 0; j < n; j++ {
+			copy(p.b[j*k:(j+1)*k], b[j*ldb:])
+		}
+		return nil
+	}
+	off := 0
+	for jc := 0; jc < n; jc += sgNC {
+		nc := min(sgNC, n-jc)
+		for pc := 0; pc < k; pc += sgKC {
+			kc := min(sgKC, k-pc)
+			packB(p.b[off:], b, ldb, jc, nc, pc, kc)
+			off += packedLen(nc, kc)
+		}
+	}
+	return nil
 }
 
 // SgemmPackedHalf is SgemmHalf with B packed by PackHalf: the same result bit for bit, without

@@ -280,3 +280,40 @@ func TestSgemmHalf(t *testing.T) {
 		}
 	}
 }
+
+// TestSgemmPackedF32 checks that a float32 B packed once (PackedHalf.SetF32, reused across
+// shapes so its memory is recycled) multiplies to Sgemm's bits, on both paths.
+func TestSgemmPackedF32(t *testing.T) {
+	shapes := []sgemmShape{{1, 1, 1, 1, 1, 1}, {7, 17, 33, 40, 35, 20}, {13, 530, 300, 300, 301, 533}, {150, 40, 257, 260, 257, 41}, {12, 256, 512, 512, 512, 256}}
+	forEachImpl(t, func(t *testing.T) {
+		var p PackedHalf
+		for si, sh := range shapes {
+			r := newRNG(uint64(si) + 300)
+			a := randFloats(r, (sh.m-1)*sh.lda+sh.k, true, 1)
+			b := randFloats(r, (sh.n-1)*sh.ldb+sh.k, si%2 == 0, 0.5)
+			c0 := randFloats(r, (sh.m-1)*sh.ldc+sh.n, false, 1)
+			if err := p.SetF32(sh.n, sh.k, b, sh.ldb); err != nil {
+				t.Fatal(err)
+			}
+			for _, acc := range []bool{false, true} {
+				want := append([]float32(nil), c0...)
+				if err := Sgemm(sh.m, sh.n, sh.k, a, sh.lda, b, sh.ldb, want, sh.ldc, acc); err != nil {
+					t.Fatal(err)
+				}
+				got := append([]float32(nil), c0...)
+				if err := SgemmPackedHalf(sh.m, a, sh.lda, &p, got, sh.ldc, acc); err != nil {
+					t.Fatal(err)
+				}
+				for i := range got {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%+v acc=%v: C[%d] = %g, Sgemm %g", sh, acc, i, got[i], want[i])
+					}
+				}
+			}
+		}
+	})
+	var p PackedHalf
+	if err := p.SetF32(2, 2, make([]float32, 3), 2); err == nil {
+		t.Error("SetF32 accepted a short B")
+	}
+}
