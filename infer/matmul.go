@@ -263,7 +263,8 @@ func amxTiles(out, workers int) (nt, rows int) {
 // amxPackPool holds per-worker scratch for the packed weight tile of the AMX path.
 var amxPackPool = sync.Pool{New: func() any { return new([]uint32) }}
 
-// matmulAMX is matmulGemm for bf16 weights on the AMX path (kernels.UsingAMX): the activation
+// matmulAMX is matmulGemm for bf16 weights on the AMX path (kernels.UsingAMX, at least
+// kernels.AMXMinRows rows; a routed expert's handful of tokens stays on the FMA GEMM): the activation
 // rows are split into bf16 pieces once (kernels.SplitRows, rows spread over the workers), then
 // every tile of weight rows (amxTiles) is packed and multiplied (kernels.SgemmHalfSplit). Each
 // product of a piece with a weight is exact and the sums are float32, so the result agrees
@@ -315,13 +316,16 @@ func (s *Session) matmulGemm(l *linear, e int, x []float32, T int, y []float32, 
 		xr = s.xr
 		s.roundActs(l.k.act, xr, x, T, n)
 	}
-	if !lanes8 && l.t == gguf.TypeBF16 && kernels.UsingAMX() {
+	amx := l.t == gguf.TypeBF16 && kernels.UsingAMX()
+	if !lanes8 && amx && T >= kernels.AMXMinRows {
 		s.matmulAMX(l, e, xr, T, y)
 		return
 	}
 	nt := (out + gemmTile - 1) / gemmTile
 	var packed []*kernels.PackedHalf
-	if m.opts.PackWeights && m.opts.FullPrecision && !lanes8 && (l.t == gguf.TypeBF16 || l.t == gguf.TypeF16) {
+	// (bf16 on the AMX path is not kept packed: short batches, which come here, take SgemmHalf's
+	// FMA path, and long ones matmulAMX)
+	if m.opts.PackWeights && m.opts.FullPrecision && !lanes8 && !amx && (l.t == gguf.TypeBF16 || l.t == gguf.TypeF16) {
 		l.mu.Lock()
 		if l.packed == nil {
 			l.packed = make([]*kernels.PackedHalf, l.nmat*nt)

@@ -285,3 +285,71 @@ func TestPackWeightsSameLogits(t *testing.T) {
 		})
 	}
 }
+
+// TestAMXTiles checks amxTiles' split of a weight's rows: whole tiles of a multiple of 32 rows
+// up to amxTileMax, covering every row once, and more than one where several workers share it.
+func TestAMXTiles(t *testing.T) {
+	for _, out := range []int{1, 31, 64, 1152, 1536, 2304, 4608, 5000, 151936} {
+		for _, workers := range []int{1, 2, 3, 16} {
+			nt, rows := amxTiles(out, workers)
+			if rows%32 != 0 || rows > amxTileMax || nt < 1 || (nt-1)*rows >= out || nt*rows < out {
+				t.Fatalf("out=%d workers=%d: %d tiles of %d rows", out, workers, nt, rows)
+			}
+			if workers > 1 && out >= 64 && nt < 2 {
+				t.Fatalf("out=%d workers=%d: one tile for several workers", out, workers)
+			}
+		}
+	}
+}
+
+// TestAMXLogits runs a FullPrecision bf16 model with the AMX GEMM and without (where the
+// machine has AMX): the logits agree to float32 rounding carried through the layers (relative
+// 1e-4 of the largest logit), and batches below kernels.AMXMinRows take the FMA path, bit for bit.
+func TestAMXLogits(t *testing.T) {
+	if !kernels.HasAMX() {
+		t.Skip("no AMX-BF16 on this machine: the FMA GEMM is the only path")
+	}
+	for _, arch := range []string{"llama", "qwen3moe"} {
+		t.Run(arch, func(t *testing.T) {
+			spec := testmodel.Default(arch)
+			spec.Types = map[string]gguf.GGMLType{"default": gguf.TypeBF16}
+			src := buildSource(t, spec)
+			run := func(amx bool, n int) [][]float32 {
+				kernels.SetAMX(amx)
+				defer kernels.SetAMX(true)
+				m, err := Load(src, Options{Threads: 2, CtxSize: 64, CacheTypeK: "f32", CacheTypeV: "f32", FullPrecision: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer m.Close()
+				s, _ := m.NewSession()
+				got, err := s.Eval(randTokens(31, n, spec.Vocab), LogitsAll)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return got
+			}
+			off, on := run(false, 40), run(true, 40)
+			big, diff := 0.0, 0.0
+			for i := range off {
+				for j := range off[i] {
+					big = max(big, math.Abs(float64(off[i][j])))
+					diff = max(diff, math.Abs(float64(off[i][j]-on[i][j])))
+				}
+			}
+			if diff > 1e-4*big {
+				t.Fatalf("logits differ by %g (largest %g) with AMX", diff, big)
+			}
+			t.Logf("largest difference %.3g of %.3g", diff, big)
+			// a short batch stays on the FMA path
+			offS, onS := run(false, kernels.AMXMinRows-1), run(true, kernels.AMXMinRows-1)
+			for i := range offS {
+				for j := range offS[i] {
+					if math.Float32bits(offS[i][j]) != math.Float32bits(onS[i][j]) {
+						t.Fatalf("%d tokens: logit [%d][%d] %g with AMX on, %g off", kernels.AMXMinRows-1, i, j, onS[i][j], offS[i][j])
+					}
+				}
+			}
+		})
+	}
+}

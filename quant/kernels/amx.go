@@ -39,6 +39,10 @@ type amxScratch struct {
 
 var amxPool = sync.Pool{New: func() any { return new(amxScratch) }}
 
+// AMXMinRows is the fewest rows of A for which SgemmHalf takes the AMX path: the kernel
+// computes 32 rows at a time, so fewer would mostly multiply padding.
+const AMXMinRows = 16
+
 // amxK is the k values per step of the AMX kernel (one tile row of bf16).
 const amxK = 32
 

@@ -144,7 +144,7 @@ func amxCase(t *testing.T, name string, m, n, k int, a []float32, b []byte, c0 [
 }
 
 // amxShapes have row, column and k tails, and k over several passes (amxKC steps each).
-var amxShapes = [][3]int{{32, 32, 32}, {64, 64, 320}, {37, 45, 77}, {5, 3, 1}, {100, 70, 600}, {33, 96, 300}}
+var amxShapes = [][3]int{{32, 32, 32}, {64, 64, 320}, {37, 45, 77}, {5, 3, 1}, {100, 70, 600}, {33, 96, 300}, {16, 40, 64}, {15, 40, 64}}
 
 // amxOperands makes heavy-tailed activations, bf16 weights and a start C.
 func amxOperands(seed uint64, m, n, k int) ([]float32, []byte, []float32) {
@@ -192,7 +192,8 @@ func TestSgemmAMXGo(t *testing.T) {
 
 // TestSgemmHalfAMX checks the AMX path where the machine has it: the assembly block kernel
 // against float64 (bounded, and exact on one-hot weights), and SgemmHalf, SgemmPackedHalf and
-// SgemmHalfSplit giving the same bits.
+// SgemmHalfSplit giving the same bits (below AMXMinRows rows, SgemmHalf keeps the FMA path's
+// bits and SgemmPackedHalf refuses tiles packed for AMX).
 func TestSgemmHalfAMX(t *testing.T) {
 	if !HasAMX() {
 		t.Skip("no AMX-BF16 on this machine (or the OS does not grant the tile state): the AMX kernel is not tested here; TestSgemmAMXGo covers its layouts")
@@ -221,7 +222,27 @@ func TestSgemmHalfAMX(t *testing.T) {
 				t.Fatal(err)
 			}
 			pk := append([]float32(nil), c0...)
-			if err := SgemmPackedHalf(m, a, k, p, pk, n, acc); err != nil {
+			err = SgemmPackedHalf(m, a, k, p, pk, n, acc)
+			if m < AMXMinRows {
+				// SgemmHalf keeps the FMA path for short A; SgemmPackedHalf refuses the AMX tiles
+				if err == nil {
+					t.Fatalf("%v: SgemmPackedHalf multiplied %d rows with AMX tiles", sh, m)
+				}
+				SetAMX(false)
+				fma := append([]float32(nil), c0...)
+				err := SgemmHalf(BF16, m, n, k, a, k, b, k, fma, n, acc)
+				SetAMX(true)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := range want {
+					if math.Float32bits(fma[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%v acc=%v: C[%d]: SgemmHalf %g with AMX on, %g off", sh, acc, i, want[i], fma[i])
+					}
+				}
+				continue
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
 			for i := range want {

@@ -133,9 +133,9 @@ func use512() bool { return have512 && useAsm() && !avx512Off.Load() }
 // little-endian values, ldb values apart. Widening either type to float32 is exact, so the
 // result is, bit for bit, Sgemm's on the widened B; the assembly path widens the values while
 // it packs them (16 rows at a time), instead of reading a float32 copy of B. Where the AMX
-// path is in use (UsingAMX), bf16 B is multiplied by AMX tiles instead (amx.go): the same
-// exact products summed in float32 in another order, so the result agrees with Sgemm's to
-// float32 rounding, not bit for bit.
+// path is in use (UsingAMX) and A has at least AMXMinRows rows, bf16 B is multiplied by AMX
+// tiles instead (amx.go): the same exact products summed in float32 in another order, so the
+// result agrees with Sgemm's to float32 rounding, not bit for bit.
 func SgemmHalf(t Type, m, n, k int, a []float32, lda int, b []byte, ldb int, c []float32, ldc int, accumulate bool) error {
 	if t != BF16 && t != F16 {
 		return fmt.Errorf("kernels: SgemmHalf: type %v is not bf16 or f16", t)
@@ -146,7 +146,7 @@ func SgemmHalf(t Type, m, n, k int, a []float32, lda int, b []byte, ldb int, c [
 	if !useAsm() || m == 0 || n == 0 || k == 0 {
 		return Sgemm(m, n, k, a, lda, widenRows(t, n, k, b, ldb), max(1, k), c, ldc, accumulate)
 	}
-	if t == BF16 && UsingAMX() {
+	if t == BF16 && m >= AMXMinRows && UsingAMX() {
 		sc := amxPool.Get().(*amxScratch)
 		defer amxPool.Put(sc)
 		sc.rows.Reset(m, k)
@@ -270,8 +270,8 @@ func (p *PackedHalf) SetF32(n, k int, b []float32, ldb int) error {
 
 // SgemmPackedHalf is SgemmHalf with B packed by PackHalf: the same result bit for bit, without
 // packing B again. It fails if the assembly (or, for bf16, the AMX path) was in use when B was
-// packed and is not now (SetPureGo or SetAMX in between); the caller then multiplies the
-// 16-bit matrix with SgemmHalf.
+// packed and is not now (SetPureGo or SetAMX in between), or B was packed for AMX and A has
+// fewer than AMXMinRows rows; the caller then multiplies the 16-bit matrix with SgemmHalf.
 func SgemmPackedHalf(m int, a []float32, lda int, p *PackedHalf, c []float32, ldc int, accumulate bool) error {
 	n, k := p.n, p.k
 	if err := checkSgemm("SgemmPackedHalf", m, n, k, a, lda, n*k, max(1, k), c, ldc, 0, m, 0, n); err != nil {
@@ -283,6 +283,9 @@ func SgemmPackedHalf(m int, a []float32, lda int, p *PackedHalf, c []float32, ld
 		}
 		if m == 0 {
 			return nil
+		}
+		if m < AMXMinRows {
+			return fmt.Errorf("kernels: SgemmPackedHalf: B was packed for AMX, which SgemmHalf does not use for %d rows", m)
 		}
 		sc := amxPool.Get().(*amxScratch)
 		defer amxPool.Put(sc)
