@@ -17,10 +17,10 @@ import (
 // split into three bf16 pieces, hi = x with the low 16 bits cleared, mid = (x−hi) likewise and
 // lo = x−hi−mid, whose sum is x exactly (a float32 significand has 24 bits, each piece holds 8,
 // and both subtractions are exact); a piece is zero where x needs fewer. Every product of a
-// piece with a bf16 weight is exact in float32, so C = Σ_k (hi_k + mid_k + lo_k)·w_k is the
-// exact dot product rounded once per added product: a float32 sum like the FMA kernels', in
-// another order (per 32 k values: the 32 hi products, then mid, then lo, each as 16 pairs),
-// so it agrees with them to float32 rounding, not bit for bit. The hardware treats bf16
+// piece with a bf16 weight is exact in float32, so C = Σ_k (hi_k + mid_k + lo_k)·w_k sums the
+// exact products of the dot product into a float32 accumulator, like the FMA kernels but in
+// the tile unit's own order (it does not follow the order of Intel's pseudo-code; see
+// TestSgemmHalfAMX), so it agrees with them to float32 rounding, not bit for bit. The hardware treats bf16
 // subnormals as zero and flushes subnormal sums (pieces below 2⁻¹²⁶, |x| < about 2⁻¹¹⁰, are
 // lost), and an infinite activation gives NaN (∞−∞ in the split).
 //
