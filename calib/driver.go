@@ -20,6 +20,7 @@ import (
 	"github.com/tq-project/tq/internal/boundedread"
 	"github.com/tq-project/tq/internal/convert/policy"
 	"github.com/tq-project/tq/internal/modelsrc"
+	"github.com/tq-project/tq/quant/kernels"
 	"github.com/tq-project/tq/tokenizer/tokfile"
 )
 
@@ -629,7 +630,7 @@ func (r *run) finish(res *Result, start time.Time) error {
 	}
 	rec := &CalibrationRecord{Prompts: len(o.Sequences), Tokens: tokens, PaddedTokens: padded, PadMultiple: o.PadMultiple,
 		UncoveredExperts: uncovered, TokensPerSecond: tps, Threads: r.runner.Threads(),
-		Precision: "f32 weights (upcast), f32 activations, f32 KV cache"}
+		Precision: forwardPrecision()}
 	if r.hess != nil {
 		var err error
 		if rec.Hessians, err = r.finishHessians(tokens); err != nil {
@@ -783,4 +784,15 @@ func fmtBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// forwardPrecision describes the calibration forward's arithmetic for the record: 16-bit
+// matrices widened exactly inside the GEMM (others upcast to f32), f32 activations and KV
+// cache, and whether bf16 products run on AMX tiles, with the kernel set in use.
+func forwardPrecision() string {
+	p := "f32 arithmetic (16-bit weights widened exactly in the GEMM, others upcast), f32 activations, f32 KV cache"
+	if kernels.UsingAMX() {
+		p += "; bf16 products on AMX tiles (activations split into three exact bf16 pieces, float32 sums)"
+	}
+	return p + "; kernels: " + kernels.Implementation()
 }
