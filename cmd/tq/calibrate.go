@@ -38,7 +38,8 @@ func init() {
 	cmd := &cobra.Command{
 		Use:   "calibrate MODEL_DIR",
 		Short: "Collect activation statistics and search quantization parameters (quantize_config.json)",
-		Long: `calibrate runs a Hugging Face model in full precision (weights upcast to f32) over a
+		Long: `calibrate runs a Hugging Face model in full precision (f32 arithmetic; BF16/F16 weights stay
+16-bit in memory and are widened exactly in the matrix products) over a
 calibration set, one transformer block at a time: every sequence goes through block i, its
 hidden states are kept (in RAM up to --memory-budget, on disk beyond), then block i+1, so only
 one block's weights are in memory. Meanwhile it accumulates, for the input of every linear layer
@@ -67,7 +68,11 @@ through the model's own chat template with special tokens parsed as special and 
 multiples of --pad-multiple. --calibration-dataset takes prompt files (.txt, .jsonl, .json) or
 one token file written by tq tokenize.
 
-An interrupted run resumes from its last finished block (checkpoint in OUT/.tq-calibrate).`,
+An interrupted run resumes from its last finished block (checkpoint in OUT/.tq-calibrate).
+
+On Intel CPUs with AMX-BF16 (Sapphire Rapids and later, Linux) the products with BF16 weights
+run on AMX tiles: each activation is split into three exact bf16 pieces and the sums are f32,
+so the statistics match the AVX path's to f32 rounding. TQ_AMX=off keeps the AVX path.`,
 		Example: `  tq calibrate ./Qwen3-0.6B
   tq calibrate ./Qwen3-30B-A3B --memory-budget 24G -o calib/
   tq calibrate ./Llama-3-8B --calibration-dataset prompts.jsonl --weight-dtype int8 --group-size 64
