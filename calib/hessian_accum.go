@@ -22,8 +22,8 @@ const gramChunkRows = 512
 // Rows are buffered (transposed) until gramChunkRows have arrived; then the chunk's
 // contribution XᵀX is computed by the float32 GEMM of quant/kernels (AVX2/AVX-512 assembly)
 // in square tiles of the upper triangle, spread over the threads (each column block packed
-// once for all its tiles), and each tile is added to the float64 accumulator. An entry of a chunk is therefore a float32 sum of at most 512 products:
-// its rounding error is below 512·2⁻²⁴·Σ|x_i x_j| ≈ 3·10⁻⁵ of the chunk's Σ|x_i x_j| in the
+// once for all its tiles), and each tile is added to the float64 accumulator. An entry of a
+// chunk is therefore a float32 sum of at most 512 products: its rounding error is below 512·2⁻²⁴·Σ|x_i x_j| ≈ 3·10⁻⁵ of the chunk's Σ|x_i x_j| in the
 // worst case (about √512·2⁻²⁴ ≈ 1.4·10⁻⁶ typically), and the float64 sum over chunks adds
 // nothing visible. The stored file rounds to float32 anyway (relative 6·10⁻⁸).
 //

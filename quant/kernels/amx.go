@@ -131,7 +131,7 @@ func (s *SplitRows) Rows() int { return s.m }
 func (s *SplitRows) Set(r0, r1 int, a []float32, lda int) {
 	k := s.k
 	full := k / amxK
-	asm := useAsm() && use512()
+	asm := use512()
 	for r := r0; r < r1; r++ {
 		row := a[r*lda : r*lda+k]
 		base := r/16*s.block() + r%16*amxK
@@ -176,7 +176,7 @@ func packBF16AMX(dst []uint32, b []byte, ldb, n, k int) {
 		clear(dst) // padding columns or k values
 	}
 	j0 := 0
-	if useAsm() && use512() && full > 0 {
+	if use512() && full > 0 {
 		for ; j0+16 <= n; j0 += 16 { // 16 rows at a time, full steps: transposed in registers
 			jb, t := j0/32, j0%32/16
 			d := dst[(jb*ks*2+t)*256:]
@@ -266,55 +266,6 @@ func amxKernelAsm(ks int, a0, a1 []uint16, b []uint32, c []float32, ldc int, acc
 	_ = b[ks*amxWordsPerStep-1]
 	_ = c[31*ldc+31]
 	amxKernel32x32BF16(ks, &a0[0], &a1[0], &b[0], &c[0], 4*ldc, acc, &amxConfig[0])
-}
-
-// amxKernelGo is the block kernel in Go: the same products, each exact, added in float32 in
-// TDPBF16PS's documented order (per step the hi, mid and lo pieces in turn, within a piece the
-// 16 pairs, each pair's products one after the other), subnormal inputs read as zero and
-// subnormal sums flushed. The hardware adds in another order (its results differ from this in
-// the last bits), so tests compare both with a float64 reference.
-func amxKernelGo(ks int, a0, a1 []uint16, b []uint32, c []float32, ldc int, acc bool) {
-	for r := 0; r < 32; r++ {
-		a := a0
-		if r >= 16 {
-			a = a1
-		}
-		for col := 0; col < 32; col++ {
-			var sum float32
-			if acc {
-				sum = c[r*ldc+col]
-			}
-			t, cc := col/16, col%16
-			for s := 0; s < ks; s++ {
-				tile := b[(s*2+t)*256+cc:]
-				for p := 0; p < 3; p++ {
-					ap := a[(s*3+p)*amxTileHalves+r%16*amxK:]
-					for kk := 0; kk < 16; kk++ {
-						w := tile[kk*16]
-						sum = ftz(sum + bf16daz(ap[2*kk])*bf16daz(uint16(w)))
-						sum = ftz(sum + bf16daz(ap[2*kk+1])*bf16daz(uint16(w>>16)))
-					}
-				}
-			}
-			c[r*ldc+col] = sum
-		}
-	}
-}
-
-// bf16daz widens a bf16 value, reading subnormals as zero.
-func bf16daz(h uint16) float32 {
-	if h&0x7f80 == 0 {
-		h &= 0x8000
-	}
-	return math.Float32frombits(uint32(h) << 16)
-}
-
-// ftz flushes a subnormal float32 to zero of the same sign.
-func ftz(x float32) float32 {
-	if b := math.Float32bits(x); b&0x7f800000 == 0 {
-		return math.Float32frombits(b & 0x80000000)
-	}
-	return x
 }
 
 // SgemmHalfSplit is SgemmHalf for bf16 B with A given as split rows (SplitRows, prepared once

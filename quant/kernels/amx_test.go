@@ -5,6 +5,55 @@ import (
 	"testing"
 )
 
+// amxKernelGo is the block kernel in Go: the same products, each exact, added in float32 in
+// TDPBF16PS's documented order (per step the hi, mid and lo pieces in turn, within a piece the
+// 16 pairs, each pair's products one after the other), subnormal inputs read as zero and
+// subnormal sums flushed. The hardware adds in another order (its results differ from this in
+// the last bits), so tests compare both with a float64 reference.
+func amxKernelGo(ks int, a0, a1 []uint16, b []uint32, c []float32, ldc int, acc bool) {
+	for r := 0; r < 32; r++ {
+		a := a0
+		if r >= 16 {
+			a = a1
+		}
+		for col := 0; col < 32; col++ {
+			var sum float32
+			if acc {
+				sum = c[r*ldc+col]
+			}
+			t, cc := col/16, col%16
+			for s := 0; s < ks; s++ {
+				tile := b[(s*2+t)*256+cc:]
+				for p := 0; p < 3; p++ {
+					ap := a[(s*3+p)*amxTileHalves+r%16*amxK:]
+					for kk := 0; kk < 16; kk++ {
+						w := tile[kk*16]
+						sum = ftz(sum + bf16daz(ap[2*kk])*bf16daz(uint16(w)))
+						sum = ftz(sum + bf16daz(ap[2*kk+1])*bf16daz(uint16(w>>16)))
+					}
+				}
+			}
+			c[r*ldc+col] = sum
+		}
+	}
+}
+
+// bf16daz widens a bf16 value, reading subnormals as zero.
+func bf16daz(h uint16) float32 {
+	if h&0x7f80 == 0 {
+		h &= 0x8000
+	}
+	return math.Float32frombits(uint32(h) << 16)
+}
+
+// ftz flushes a subnormal float32 to zero of the same sign.
+func ftz(x float32) float32 {
+	if b := math.Float32bits(x); b&0x7f800000 == 0 {
+		return math.Float32frombits(b & 0x80000000)
+	}
+	return x
+}
+
 // packBF16AMXRef is packBF16AMX's layout written out element by element.
 func packBF16AMXRef(b []byte, ldb, n, k int) []uint32 {
 	ks := amxSteps(k)

@@ -184,11 +184,11 @@ func packHalfBlock(t Type, dst, h []float32, b []byte, ldb, jc, nc, pc, kc int) 
 	}
 }
 
-// PackedHalf is a 16-bit B (n×k) widened and packed once (or a float32 one packed, SetF32), for
-// SgemmPackedHalf: what SgemmHalf
-// packs on every call, kept for a matrix that multiplies many activation batches (the
-// calibration forward runs every sequence through a block's weights). It takes 4·n·k bytes
-// (panels padded to 16 rows), twice the 16-bit matrix.
+// PackedHalf is a 16-bit B (n×k) widened and packed once (or a float32 one packed, SetF32),
+// for SgemmPackedHalf: what SgemmHalf packs on every call, kept for a matrix that multiplies
+// many activation batches (the calibration forward runs every sequence through a block's
+// weights). It takes 4·n·k bytes (panels padded to 16 rows), twice the 16-bit matrix (bf16
+// packed for AMX: 2·n·k).
 type PackedHalf struct {
 	n, k int
 	asm  bool      // b holds the assembly's panels; otherwise the widened row-major B
@@ -221,15 +221,9 @@ func PackHalf(t Type, n, k int, b []byte, ldb int) (*PackedHalf, error) {
 	}
 	p.b = make([]float32, PackedHalfBytes(n, k)/4)
 	h := make([]float32, sgNR*sgKC)
-	off := 0
-	for jc := 0; jc < n; jc += sgNC {
-		nc := min(sgNC, n-jc)
-		for pc := 0; pc < k; pc += sgKC {
-			kc := min(sgKC, k-pc)
-			packHalfBlock(t, p.b[off:], h, b, ldb, jc, nc, pc, kc)
-			off += packedLen(nc, kc)
-		}
-	}
+	packBlocks(p.b, n, k, func(dst []float32, jc, nc, pc, kc int) {
+		packHalfBlock(t, dst, h, b, ldb, jc, nc, pc, kc)
+	})
 	return p, nil
 }
 
@@ -256,16 +250,24 @@ func (p *PackedHalf) SetF32(n, k int, b []float32, ldb int) error {
 		}
 		return nil
 	}
+	packBlocks(p.b, n, k, func(dst []float32, jc, nc, pc, kc int) {
+		packB(dst, b, ldb, jc, nc, pc, kc)
+	})
+	return nil
+}
+
+// packBlocks fills dst with the (jc, pc) blocks of an n×k B in sgemmPacked's order, each
+// written by pack (packedLen(nc, kc) floats).
+func packBlocks(dst []float32, n, k int, pack func(dst []float32, jc, nc, pc, kc int)) {
 	off := 0
 	for jc := 0; jc < n; jc += sgNC {
 		nc := min(sgNC, n-jc)
 		for pc := 0; pc < k; pc += sgKC {
 			kc := min(sgKC, k-pc)
-			packB(p.b[off:], b, ldb, jc, nc, pc, kc)
+			pack(dst[off:], jc, nc, pc, kc)
 			off += packedLen(nc, kc)
 		}
 	}
-	return nil
 }
 
 // SgemmPackedHalf is SgemmHalf with B packed by PackHalf: the same result bit for bit, without
