@@ -19,7 +19,10 @@
 // and F32 weights; RMSNorm; RoPE (NORM and NEOX, linear and YaRN scaling, frequency factors);
 // causal softmax attention over an f16 KV cache on the device; SwiGLU; residual and bias adds;
 // mixture-of-experts routing (softmax, top-k, optional renormalisation), gather/scatter of
-// routed rows and the weighted combination of expert outputs. Numerics follow the CPU runner:
+// routed rows and the weighted combination of expert outputs; the Qwen3.5 hybrid blocks' Gated
+// DeltaNet (causal convolution with its rolling state, L2 norms, gates, the delta rule with a
+// per-head state on the device), the gated attention's sigmoid gate and the shared expert's gate.
+// Numerics follow the CPU runner:
 // f32 activations, f16 KV cache, query and attention probabilities rounded to f16.
 //
 // # Backend
@@ -87,6 +90,18 @@ type Backend interface {
 	GatherRows(dst, src Buffer, idx []int32, n int) error
 	ScatterRows(dst, src Buffer, idx []int32, n int) error
 	MoECombine(out, slot Buffer, w []float32, T, k, n int) error
+
+	// Hybrid (qwen35, qwen35moe) blocks: the Gated DeltaNet's convolution (SSMConv), query/key
+	// L2 norms, gates and delta rule with its state, the gated attention's query/gate split and
+	// sigmoid gate, the shared expert's per-row gate, and clearing a state (Zero).
+	SSMConv(out, x, state, w Buffer, T, C, K int) error
+	L2NormHeads(x Buffer, d, heads, T, stride int, eps float32) error
+	DeltaNetGates(beta, g, dtBias, ssmA Buffer, hv, T int) error
+	DeltaRule(out, qkv, beta, g, state Buffer, T int, s DeltaNetShape, scale float32) error
+	SplitHeads(a, b, src Buffer, hd, heads, T int) error
+	SigmoidMul(y, g Buffer, n int) error
+	RowSigmoidScale(y, s Buffer, n, T int) error
+	Zero(b Buffer, n int) error
 
 	// Sync waits for queued work and reports asynchronous failures; Close frees everything.
 	Sync() error

@@ -38,6 +38,7 @@ func runKernelSuite(t *testing.T, d *Device, big bool) {
 	t.Run("Attention", func(t *testing.T) { testAttention(t, d, big) })
 	t.Run("MoERoute", func(t *testing.T) { testMoERoute(t, d) })
 	t.Run("Rows", func(t *testing.T) { testRows(t, d) })
+	t.Run("Hybrid", func(t *testing.T) { testHybrid(t, d, big) })
 	t.Run("Errors", func(t *testing.T) { testErrors(t, d) })
 	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, d) })
 }

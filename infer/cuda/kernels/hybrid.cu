@@ -1,0 +1,142 @@
+// hybrid.cu: the operations of the Qwen3.5 / Qwen3.6 hybrid blocks (qwen35, qwen35moe) that the
+// dense kernels do not cover, following package infer's arch_qwen35moe.go and deltanet.go:
+// the Gated DeltaNet (causal convolution with its rolling state, L2-normalised query/key heads,
+// the β and decay gates, the gated delta rule with a per-value-head state), the gated
+// attention's query/gate split and sigmoid gate, the shared expert's per-token sigmoid gate, and
+// clearing a state buffer.
+#include "common.cuh"
+
+// DR_MAX_DS bounds the delta rule's head size (ssm.state_size; 128 in the released models):
+// the key and query of the current token are staged in shared memory.
+#define DR_MAX_DS 256
+
+// sigmoidf is 1/(1+e^-v), as the CPU runner's sigmoid.
+__device__ __forceinline__ float sigmoidf(float v) { return 1.0f / (1.0f + expf(-v)); }
+
+// tq_ssm_conv: the depthwise causal convolution of T rows of C channels followed by SiLU:
+// out[t][c] = silu(Σ_{i<K} w[c*K+i] · u[t+i][c]) where u is the K-1 state rows (oldest first)
+// followed by the T rows of x; then the state becomes the last K-1 rows of u. Each thread owns
+// one channel, so the in-place state update (row r takes u[T+r], a later row) is race-free.
+// Launch: grid = ceil(C/256), block 256.
+extern "C" __global__ void tq_ssm_conv(const float* x, float* state, const float* w, float* out, int T, int C, int K) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    const int km = K - 1;
+    const float* wc = w + (u64)c * K;
+    for (int t = 0; t < T; ++t) {
+        float s = 0.0f;
+        for (int i = 0; i < K; ++i) {
+            const int r = t + i; // row of u
+            const float u = r < km ? state[(u64)r * C + c] : x[(u64)(r - km) * C + c];
+            s += u * wc[i];
+        }
+        out[(u64)t * C + c] = s / (1.0f + expf(-s));
+    }
+    for (int r = 0; r < km; ++r) {
+        const int q = T + r;
+        state[(u64)r * C + c] = q < km ? state[(u64)q * C + c] : x[(u64)(q - km) * C + c];
+    }
+}
+
+// tq_l2norm: x / max(sqrt(Σx²), eps) in place over `heads` consecutive heads of d floats at the
+// start of each of T rows of `stride` floats (the query and key heads of the convolved q|k|v rows).
+// Launch: grid = (heads, T), block 256.
+extern "C" __global__ void tq_l2norm(float* x, int d, int heads, int T, int stride, float eps) {
+    __shared__ float sh[32];
+    const int h = blockIdx.x, t = blockIdx.y;
+    if (h >= heads || t >= T) return; // uniform for the block
+    float* v = x + (u64)t * stride + (u64)h * d;
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) s += v[i] * v[i];
+    s = block_sum(s, sh);
+    const float scale = 1.0f / fmaxf(sqrtf(s), eps);
+    for (int i = threadIdx.x; i < d; i += blockDim.x) v[i] *= scale;
+}
+
+// tq_deltanet_gates turns n = T·hv raw projections in place into the write strengths β = σ(b)
+// and the log decays g = softplus(a + dt_bias[j])·ssm_a[j] (softplus(v) = log(1+e^v), v above 20),
+// j the value head. Launch: 1-D, any geometry.
+extern "C" __global__ void tq_deltanet_gates(float* b, float* a, const float* dt_bias, const float* ssm_a, int hv, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        const int j = i % hv;
+        b[i] = sigmoidf(b[i]);
+        const float v = a[i] + dt_bias[j];
+        a[i] = (v > 20.0f ? v : logf(1.0f + expf(v))) * ssm_a[j];
+    }
+}
+
+// tq_delta_rule runs the gated delta rule of value head h = blockIdx.x over T tokens. qkv holds T
+// rows of `stride` floats: kdim query values, kdim key values (L2-normalised heads of ds), then
+// the value heads; value head h reads key head h mod hk. beta and g hold T rows of hv. The state
+// of head h is S (ds×ds) stored column-major per head: st[h*ds*ds + a*ds + j] = S[a][j], so that
+// thread j's reads are coalesced. Per token: S ← e^g·S; δ_j = β·(v_j − Σ_a S[a][j]·k_a);
+// S[a][j] += k_a·δ_j; out_j = scale·Σ_a S[a][j]·q_a. out holds T rows of hv·ds.
+// Launch: grid = hv, block = ds (<= DR_MAX_DS).
+extern "C" __global__ void tq_delta_rule(const float* qkv, const float* beta, const float* g, float* st, float* out,
+                                         int T, int ds, int hk, int hv, int stride, float scale) {
+    __shared__ float kk[DR_MAX_DS];
+    __shared__ float qq[DR_MAX_DS];
+    const int h = blockIdx.x, j = threadIdx.x;
+    if (h >= hv || ds > DR_MAX_DS) return; // uniform for the block
+    const int kdim = hk * ds, kh = h % hk;
+    float* S = st + (u64)h * ds * ds;
+    for (int t = 0; t < T; ++t) {
+        const float* row = qkv + (u64)t * stride;
+        __syncthreads(); // the previous token's k and q are no longer read
+        if (j < ds) {
+            qq[j] = row[kh * ds + j];
+            kk[j] = row[kdim + kh * ds + j];
+        }
+        __syncthreads();
+        if (j < ds) {
+            const float decay = expf(g[(u64)t * hv + h]);
+            const float b = beta[(u64)t * hv + h];
+            float sk = 0.0f;
+            for (int a = 0; a < ds; ++a) {
+                const float s = S[(u64)a * ds + j] * decay;
+                S[(u64)a * ds + j] = s;
+                sk += s * kk[a];
+            }
+            const float delta = (row[2 * kdim + h * ds + j] - sk) * b;
+            float sq = 0.0f;
+            for (int a = 0; a < ds; ++a) {
+                const float s = S[(u64)a * ds + j] + kk[a] * delta;
+                S[(u64)a * ds + j] = s;
+                sq += s * qq[a];
+            }
+            out[(u64)t * hv * ds + h * ds + j] = sq * scale;
+        }
+    }
+}
+
+// tq_split_heads splits T rows of heads×(2·hd) floats (per head: hd query values, then hd gate
+// values, as the gated attention's q projection yields them) into a (query) and b (gate), each T
+// rows of heads×hd. Launch: grid = (ceil(heads*hd/256), T), block 256.
+extern "C" __global__ void tq_split_heads(const float* src, float* a, float* b, int hd, int heads, int T) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
+    const int n = heads * hd;
+    if (i >= n || t >= T) return;
+    const int h = i / hd, e = i - h * hd;
+    const u64 s = (u64)t * 2 * n + (u64)h * 2 * hd + e;
+    a[(u64)t * n + i] = src[s];
+    b[(u64)t * n + i] = src[s + hd];
+}
+
+// tq_sigmoid_mul: y[i] *= σ(g[i]) for i < n (the gated attention's output gate). Launch: 1-D, any
+// geometry.
+extern "C" __global__ void tq_sigmoid_mul(float* y, const float* g, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) y[i] *= sigmoidf(g[i]);
+}
+
+// tq_row_sigmoid_scale: y[t*n+i] *= σ(s[t]) for t < T, i < n (the shared expert's gate).
+// Launch: grid = (ceil(n/256), T), block 256.
+extern "C" __global__ void tq_row_sigmoid_scale(float* y, const float* s, int n, int T) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
+    if (i >= n || t >= T) return;
+    y[(u64)t * n + i] *= sigmoidf(s[t]);
+}
+
+// tq_zero: y[i] = 0 for i < n (recurrent states at a sequence start). Launch: 1-D, any geometry.
+extern "C" __global__ void tq_zero(float* y, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) y[i] = 0.0f;
+}
