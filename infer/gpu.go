@@ -26,10 +26,13 @@ import (
 // q8/f16, unlike the CPU default; the CPU's Options.FullPrecision computes the same products), with
 // an f16 KV cache on the device (query and attention probabilities rounded to f16 as on the CPU).
 //
+// The hybrid blocks of qwen35 / qwen35moe run on the device too (gpu_hybrid.go): a Gated
+// DeltaNet block keeps its convolution and delta-rule states in device memory per session; only
+// the gated-attention blocks have a slice of the device KV cache.
+//
 // Not supported on the device, each reported by Load as one error wrapping ErrGPUUnsupported:
-// Gated DeltaNet / gated-attention blocks (qwen35, qwen35moe: the backend has no kernels for
-// them), weight types outside cuda.MatVecTypes, KV cache types other than f16, head_dim > 256,
-// more than 1024 experts or more than 64 used. An Observer cannot watch device blocks:
+// weight types outside cuda.MatVecTypes, KV cache types other than f16, head_dim > 256, a
+// DeltaNet state size > 256, more than 1024 experts or more than 64 used. An Observer cannot watch device blocks:
 // Session.Eval returns an error when one is set on a model with GPU layers.
 
 // ErrGPUUnsupported is wrapped by the Load error when the requested GPU layers need something the
@@ -73,6 +76,8 @@ type gpuModel struct {
 	outNorm cuda.Buffer
 	output  *cuda.Tensor
 	rope    cuda.Rope
+	nKV     int   // device blocks with a KV cache slice
+	nState  int   // device Gated DeltaNet blocks (recurrent states per session)
 	bytes   int64 // device memory of the uploaded weights
 
 	tensors []*cuda.Tensor // everything uploaded, for Close
@@ -95,6 +100,8 @@ type gpuBlock struct {
 	moe                    *moeFFN
 	router                 *cuda.Tensor
 	gateExp, upExp, downEx *cuda.Tensor
+	kv                     int        // slice of the device KV cache (-1: a Gated DeltaNet block has none)
+	hy                     *gpuHybrid // qwen35 / qwen35moe block parts (nil for the other architectures)
 }
 
 // setupGPU validates the GPU options and uploads the device blocks' weights.
@@ -114,8 +121,8 @@ func (m *Model) setupGPU() error {
 	unsupported := func(format string, args ...any) error {
 		return fmt.Errorf("infer: GPU layers: %s: %w", fmt.Sprintf(format, args...), ErrGPUUnsupported)
 	}
-	if c.Hybrid != nil {
-		return unsupported("%s has Gated DeltaNet and gated-attention blocks, for which the CUDA backend has no kernels (run it with 0 GPU layers)", c.Arch)
+	if c.Hybrid != nil && c.Hybrid.DState > 256 {
+		return unsupported("the Gated DeltaNet state size %d exceeds the device delta rule's limit of 256", c.Hybrid.DState)
 	}
 	if m.tk != gguf.TypeF16 || m.tv != gguf.TypeF16 {
 		return unsupported("the device KV cache is f16 only (cache types %s/%s requested)", m.tk, m.tv)
@@ -163,7 +170,14 @@ func (g *gpuModel) upload(m *Model) error {
 	var mats []*linear
 	for il := g.first; il < c.NLayer; il++ {
 		b := m.blocks[il]
-		mats = append(mats, b.q, b.k, b.v, b.o)
+		if hb := b.hybrid; hb != nil && hb.linear {
+			mats = append(mats, hb.qkv, hb.z, hb.beta, hb.alpha, hb.out)
+		} else {
+			mats = append(mats, b.q, b.k, b.v, b.o)
+		}
+		if hb := b.hybrid; hb != nil && hb.shGate != nil {
+			mats = append(mats, hb.shGate, hb.shUp, hb.shDown)
+		}
 		switch f := b.ffn.(type) {
 		case *denseFFN:
 			mats = append(mats, f.gate, f.up, f.down)
@@ -220,7 +234,15 @@ func (g *gpuModel) upload(m *Model) error {
 		b := m.blocks[il]
 		gb := &gpuBlock{attnNorm: vec(b.attnNorm), ffnNorm: vec(b.ffnNorm),
 			q: tensor(b.q), k: tensor(b.k), v: tensor(b.v), o: tensor(b.o),
-			bq: vec(b.bq), bk: vec(b.bk), bv: vec(b.bv), bo: vec(b.bo), qNorm: vec(b.qNorm), kNorm: vec(b.kNorm)}
+			bq: vec(b.bq), bk: vec(b.bk), bv: vec(b.bv), bo: vec(b.bo), qNorm: vec(b.qNorm), kNorm: vec(b.kNorm), kv: -1}
+		if hb := b.hybrid; hb != nil {
+			gb.ffnNorm = vec(hb.postNorm)
+			gb.hy = g.uploadHybrid(hb, tensor, vec, &err)
+		}
+		if gb.hy == nil || !gb.hy.linear {
+			gb.kv = g.nKV
+			g.nKV++
+		}
 		switch f := b.ffn.(type) {
 		case *denseFFN:
 			gb.gate, gb.up, gb.down = tensor(f.gate), tensor(f.up), tensor(f.down)
@@ -237,8 +259,12 @@ func (g *gpuModel) upload(m *Model) error {
 		g.output = tensor(m.output)
 	}
 	r := m.rope
+	freqs := r.freqs
+	if c.Hybrid != nil {
+		freqs = hybridRopeFreqs(r.freqs, c.Hybrid.RopeIdentity, r.nRot)
+	}
 	g.rope = cuda.Rope{NeoX: r.mode == RopeNeox, NRot: r.nRot, ThetaScale: r.thetaScale, FreqScale: r.freqScale,
-		ExtFactor: r.extFactor, AttnFactor: r.attnFactor, Corr: r.corr, Freqs: vec(r.freqs)}
+		ExtFactor: r.extFactor, AttnFactor: r.attnFactor, Corr: r.corr, Freqs: vec(freqs)}
 	return err
 }
 

@@ -21,6 +21,13 @@ type gpuSession struct {
 	hh, lg                  cuda.Buffer // LM head: normalised rows and their logits (headRows rows)
 	bufs                    []cuda.Buffer
 
+	// hybrid blocks (qwen35, qwen35moe): per device Gated DeltaNet block its convolution rows
+	// and delta-rule states (fixed size), and the batch's intermediates
+	conv, ssm                   []cuda.Buffer
+	mixed, cout, z, y, bb, aa   cuda.Buffer
+	qg, gate, sh1, sh2, shg, ff cuda.Buffer
+	stateBufs                   []cuda.Buffer
+
 	sel            []int32   // routing: T·k experts
 	wts            []float32 // and their weights
 	tokIdx, slotIx []int32   // rows routed to one expert: token index, (token, slot) index
@@ -55,11 +62,18 @@ func (s *Session) gpuState(T int) (*gpuSession, error) {
 			return nil, fmt.Errorf("infer: the model is closed")
 		}
 		c := s.m.cfg
-		kv, err := g.be.NewKVCache(c.NLayer-g.first, s.kv.ctx, c.KVDim())
-		if err != nil {
-			return nil, fmt.Errorf("infer: device KV cache: %w", err)
+		ds = &gpuSession{be: g.be}
+		if g.nKV > 0 {
+			kv, err := g.be.NewKVCache(g.nKV, s.kv.ctx, c.KVDim())
+			if err != nil {
+				return nil, fmt.Errorf("infer: device KV cache: %w", err)
+			}
+			ds.kv = kv
 		}
-		ds = &gpuSession{be: g.be, kv: kv}
+		if err := ds.allocStates(c, g.nState); err != nil {
+			ds.release()
+			return nil, fmt.Errorf("infer: device recurrent state: %w", err)
+		}
 		g.mu.Lock()
 		g.sessions[ds] = struct{}{}
 		g.mu.Unlock()
@@ -81,6 +95,33 @@ func (s *Session) gpuState(T int) (*gpuSession, error) {
 		return nil, fmt.Errorf("infer: device buffers for %d tokens: %w", T, err)
 	}
 	return ds, nil
+}
+
+// allocStates allocates the convolution and delta-rule states of n device Gated DeltaNet blocks.
+func (ds *gpuSession) allocStates(c *Config, n int) error {
+	if n == 0 {
+		return nil
+	}
+	h := c.Hybrid
+	alloc := func(n int) (cuda.Buffer, error) {
+		b, err := ds.be.Alloc(max(n, 1))
+		if err == nil {
+			ds.stateBufs = append(ds.stateBufs, b)
+		}
+		return b, err
+	}
+	for range n {
+		conv, err := alloc((h.ConvK - 1) * h.ConvDim())
+		if err != nil {
+			return err
+		}
+		ssm, err := alloc(h.NVHeads * h.DState * h.DState)
+		if err != nil {
+			return err
+		}
+		ds.conv, ds.ssm = append(ds.conv, conv), append(ds.ssm, ssm)
+	}
+	return nil
 }
 
 // grow replaces the scratch buffers by ones for T tokens.
@@ -126,6 +167,15 @@ func (ds *gpuSession) grow(m *Model, T int) error {
 		ds.tokIdx = make([]int32, 0, T)
 		ds.slotIx = make([]int32, 0, T)
 	}
+	if h := c.Hybrid; h != nil {
+		ds.mixed, ds.cout = alloc(T*h.ConvDim()), alloc(T*h.ConvDim())
+		ds.z, ds.y = alloc(T*h.ValueDim()), alloc(T*h.ValueDim())
+		ds.bb, ds.aa = alloc(T*h.NVHeads), alloc(T*h.NVHeads)
+		ds.qg, ds.gate = alloc(2*T*c.QDim()), alloc(T*c.QDim())
+		if h.NFFShexp > 0 {
+			ds.sh1, ds.sh2, ds.shg, ds.ff = alloc(T*h.NFFShexp), alloc(T*h.NFFShexp), alloc(T), alloc(T*E)
+		}
+	}
 	if g.head {
 		n := min(T, headRows)
 		ds.hh, ds.lg = alloc(n*E), alloc(n*c.NVocab)
@@ -156,6 +206,12 @@ func (ds *gpuSession) release() error {
 	}
 	ds.released = true
 	err := ds.freeBufs()
+	for _, b := range ds.stateBufs {
+		if e := ds.be.Free(b); e != nil && err == nil {
+			err = e
+		}
+	}
+	ds.stateBufs, ds.conv, ds.ssm = nil, nil, nil
 	if ds.kv != nil {
 		if e := ds.be.FreeKVCache(ds.kv); e != nil && err == nil {
 			err = e
@@ -196,7 +252,11 @@ func (s *Session) runBlocks(T int) error {
 		if ops.err != nil {
 			break
 		}
-		s.gpuLayer(ops, ds, b, g.first+i, i, T, s.pos)
+		if b.hy != nil {
+			s.gpuHybridLayer(ops, ds, b, g.first+i, T, s.pos)
+		} else {
+			s.gpuLayer(ops, ds, b, g.first+i, T, s.pos)
+		}
 	}
 	if !g.head {
 		ops.do(func() error { return ds.be.Read(s.x[:T*E], ds.x) })
@@ -207,9 +267,9 @@ func (s *Session) runBlocks(T int) error {
 	return nil
 }
 
-// gpuLayer runs block il (device block li) on the T rows of the device hidden state at
-// positions pos0..pos0+T-1, the device twin of Session.layer.
-func (s *Session) gpuLayer(ops *devOps, ds *gpuSession, b *gpuBlock, il, li, T, pos0 int) {
+// gpuLayer runs block il on the T rows of the device hidden state at positions
+// pos0..pos0+T-1, the device twin of Session.layer.
+func (s *Session) gpuLayer(ops *devOps, ds *gpuSession, b *gpuBlock, il, T, pos0 int) {
 	c := s.m.cfg
 	g := s.m.gpu
 	be := ds.be
@@ -234,22 +294,29 @@ func (s *Session) gpuLayer(ops *devOps, ds *gpuSession, b *gpuBlock, il, li, T, 
 	}
 	ops.do(func() error { return be.RoPE(ds.q, T, c.NHead, hd, pos0, &g.rope) })
 	ops.do(func() error { return be.RoPE(ds.k, T, c.NHeadKV, hd, pos0, &g.rope) })
-	ops.do(func() error { return be.KVStore(ds.kv, li, pos0, T, ds.k, ds.v) })
-	ops.do(func() error { return be.Attention(ds.att, ds.q, ds.kv, li, pos0, T, c.NHead, c.NHeadKV, hd) })
+	ops.do(func() error { return be.KVStore(ds.kv, b.kv, pos0, T, ds.k, ds.v) })
+	ops.do(func() error { return be.Attention(ds.att, ds.q, ds.kv, b.kv, pos0, T, c.NHead, c.NHeadKV, hd) })
 	ops.do(func() error { return be.MatMul(ds.tmp, b.o, 0, ds.att, T) })
 	bias(ds.tmp, b.bo, E)
 	ops.do(func() error { return be.Add(ds.x, ds.tmp, T*E) })
 	ops.do(func() error { return be.RMSNorm(ds.h, ds.x, b.ffnNorm, E, T, eps) })
+	s.gpuFFN(ops, ds, b, il, T)
+	ops.do(func() error { return be.Add(ds.x, ds.tmp, T*E) })
+}
+
+// gpuFFN runs block il's feed-forward network (dense SwiGLU or routed experts) on the T
+// normalised rows in ds.h into ds.tmp.
+func (s *Session) gpuFFN(ops *devOps, ds *gpuSession, b *gpuBlock, il, T int) {
+	be := ds.be
 	if b.moe != nil {
 		s.gpuMoE(ops, ds, b, il, T)
-	} else {
-		n := b.gate.Rows
-		ops.do(func() error { return be.MatMul(ds.g, b.gate, 0, ds.h, T) })
-		ops.do(func() error { return be.MatMul(ds.u, b.up, 0, ds.h, T) })
-		ops.do(func() error { return be.SwiGLU(ds.g, ds.u, T*n) })
-		ops.do(func() error { return be.MatMul(ds.tmp, b.down, 0, ds.g, T) })
+		return
 	}
-	ops.do(func() error { return be.Add(ds.x, ds.tmp, T*E) })
+	n := b.gate.Rows
+	ops.do(func() error { return be.MatMul(ds.g, b.gate, 0, ds.h, T) })
+	ops.do(func() error { return be.MatMul(ds.u, b.up, 0, ds.h, T) })
+	ops.do(func() error { return be.SwiGLU(ds.g, ds.u, T*n) })
+	ops.do(func() error { return be.MatMul(ds.tmp, b.down, 0, ds.g, T) })
 }
 
 // outputLogits returns the logits of the given rows of the last batch: from the device when the
