@@ -40,6 +40,7 @@ type runOptions struct {
 	vram                       string
 	backend                    string
 	cpuMoE                     bool
+	nCPUMoE                    int
 	verbose                    bool
 	cacheKSet, cacheVSet       bool // --cache-type-k/-v given (else the file's turboquant.kv_cache_dtype, else f16)
 }
@@ -68,16 +69,19 @@ above 0, --vram, --cpu-moe) or with --verbose; --backend cuda fails instead, --b
 never touches the driver. The last --n-gpu-layers blocks run on the GPU (more than the
 model's block count also moves the LM head there), as llama.cpp's -ngl counts them. Without
 --n-gpu-layers the placement is planned (as tq plan does) for --vram, or for the device's free
-memory, and printed in one line; --cpu-moe keeps every MoE expert tensor on the CPU. GPU
-layers compute in float32 without activation rounding and keep an f16 KV cache on the device.
-Models the GPU backend cannot run (qwen35/qwen35moe, weight types without a CUDA kernel, a
-non-f16 KV cache) run on the CPU with one line saying why.`,
+memory, and printed in one line; --cpu-moe keeps every routed expert tensor on the CPU,
+--n-cpu-moe N those of the first N blocks (shared experts stay with their block). GPU layers
+compute in float32 without activation rounding and keep an f16 KV cache on the device; the
+Qwen3.5/3.6 hybrids (qwen35, qwen35moe) keep their Gated DeltaNet states there too. Models the
+GPU backend cannot run (weight types without a CUDA kernel, a non-f16 KV cache) run on the CPU
+with one line saying why.`,
 		Example: `  tq run model.gguf -p "The capital of France is" -n 32
   tq run model.gguf -p "Write a haiku about Go." --chat --temp 0.7 --seed 1
   tq run model.gguf -i --system "You are terse." --no-think
   tq run model.gguf -f prompt.txt --ctx 8192 --cache-type-k q8_0 --cache-type-v q8_0 --json
   tq run model.gguf -p "Hello" -ngl 99           # every block and the LM head on the GPU
-  tq run moe.gguf -p "Hello" --vram 8GiB --cpu-moe`,
+  tq run moe.gguf -p "Hello" --vram 8GiB --cpu-moe
+  tq run qwen36-35b-a3b.gguf -p "Hello" -ngl 41 --n-cpu-moe 27`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.nglSet = cmd.Flags().Changed("n-gpu-layers") || cmd.Flags().Changed("ngl")
@@ -117,6 +121,7 @@ non-f16 KV cache) run on the CPU with one line saying why.`,
 	f.IntVar(&o.ngl, "ngl", 0, "alias of --n-gpu-layers (llama.cpp's single-dash -ngl is accepted too)")
 	f.StringVar(&o.vram, "vram", "", "GPU memory budget for the planned placement, e.g. 8GiB (default: the device's free memory)")
 	f.BoolVar(&o.cpuMoE, "cpu-moe", false, "keep every MoE expert tensor on the CPU (llama.cpp --cpu-moe)")
+	f.IntVar(&o.nCPUMoE, "n-cpu-moe", 0, "keep the routed experts of the first N blocks on the CPU (llama.cpp --n-cpu-moe; with a planned placement, at least N)")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "also say which backend was chosen when it is the CPU and no GPU was asked for")
 	rootCmd.AddCommand(cmd)
 	if len(os.Args) > 1 && slices.Contains(os.Args[1:], "run") {
@@ -435,7 +440,10 @@ func loadRunModel(logw io.Writer, path string, o *runOptions) (*runModel, error)
 	}
 	r.backend = line
 	// Without a GPU, the CPU is the expected backend: say why only when a GPU was asked for.
-	gpuAsked := o.nglSet && o.ngl > 0 || o.vram != "" || o.cpuMoE
+	if o.nCPUMoE < 0 {
+		return nil, fmt.Errorf("--n-cpu-moe %d: give 0 or more blocks", o.nCPUMoE)
+	}
+	gpuAsked := o.nglSet && o.ngl > 0 || o.vram != "" || o.cpuMoE || o.nCPUMoE > 0
 	if r.dev != nil || gpuAsked || o.verbose {
 		fmt.Fprintln(logw, "tq run: "+line)
 	}
@@ -523,9 +531,13 @@ func choosePlacement(path string, cfg *infer.Config, dev *cuda.Device, o *runOpt
 	if o.nglSet {
 		ngl = o.ngl
 		how = fmt.Sprintf("--n-gpu-layers %d", o.ngl)
-		if o.cpuMoE {
+		switch {
+		case o.cpuMoE:
 			cpuMoE = cfg.NLayer
 			how += " --cpu-moe"
+		case o.nCPUMoE > 0:
+			cpuMoE = o.nCPUMoE
+			how += fmt.Sprintf(" --n-cpu-moe %d", o.nCPUMoE)
 		}
 		return ngl, cpuMoE, how, nil
 	}
@@ -556,7 +568,12 @@ func choosePlacement(path string, cfg *infer.Config, dev *cuda.Device, o *runOpt
 	p := rep.Placement
 	how = fmt.Sprintf("planned for %s %s (tq plan: %s on the GPU with the %s reserve, fits: %v)", what,
 		plan.HumanBytes(budget), plan.HumanBytes(p.GPUBytes), plan.HumanBytes(po.GPUReserve), p.Fits)
-	return p.NGL, p.CPUMoE, how, nil
+	cpuMoE = p.CPUMoE
+	if o.nCPUMoE > cpuMoE { // more experts on the host never needs more device memory
+		cpuMoE = o.nCPUMoE
+		how += fmt.Sprintf(", experts of the first %d blocks on the CPU (--n-cpu-moe)", cpuMoE)
+	}
+	return p.NGL, cpuMoE, how, nil
 }
 
 // placementLine describes a placement in one line.

@@ -11,6 +11,7 @@ import (
 	"github.com/tq-project/tq/infer"
 	"github.com/tq-project/tq/infer/cuda"
 	"github.com/tq-project/tq/infer/cuda/cudatest"
+	"github.com/tq-project/tq/internal/llamacppref"
 	"github.com/tq-project/tq/tokenizer"
 )
 
@@ -184,4 +185,51 @@ func TestDashNGL(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("dashNGL = %v, want %v", got, want)
 	}
+}
+
+// TestRunGPUEmulatorHybrid runs the trained Qwen3.5 MoE model converted with --use-turboquant
+// (Q4_K, Q8_0, F16) through tq run on the emulator. Everything and the LM head on the device,
+// and -ngl 3 --n-cpu-moe 2 (one DeltaNet block on the CPU; the gated-attention block and two
+// DeltaNet blocks on the device, the routed experts of one of them on the host), give the same
+// greedy text as the CPU FullPrecision run. With --cpu-moe only the placement is checked: the
+// host experts round their activations to q8 first (the CPU's default numerics, as llama.cpp),
+// and on this small model that moves a near tie at the third token (the text is identical when
+// the host parts also run FullPrecision).
+func TestRunGPUEmulatorHybrid(t *testing.T) {
+	if !cuda.Available() {
+		t.Skip("CUDA is not supported on this platform")
+	}
+	lib := cudatest.EmulatorLibrary(t)
+	model := filepath.Join(t.TempDir(), "turbo.gguf")
+	tqCmd(t, "convert", filepath.Join(llamacppref.RepoRoot(t), "testdata", "trained", "qwen35moe"), "--use-turboquant", "-o", model)
+	plain := func() *runOptions {
+		return &runOptions{prompt: "def read_config(path):", backend: "auto", n: 10, ctx: 128, batch: 512,
+			cacheK: "f16", cacheV: "f16", temp: 0, topK: 40, topP: 0.95, minP: 0.05, repeat: 1, repeatN: 64, seed: 1, ignoreEOS: true}
+	}
+	want := fullPrecisionGreedy(t, model, plain())
+	t.Setenv(cuda.EnvLibrary, lib)
+	for _, c := range []struct {
+		ngl, nCPUMoE int
+		cpuMoE       bool
+		exact        bool
+		placement    string
+	}{
+		{5, 0, false, true, "4 of 4 blocks + LM head on the GPU (-ngl 5), experts of 0 of them on the CPU"},
+		{3, 2, false, true, "3 of 4 blocks on the GPU (-ngl 3), experts of 1 of them on the CPU"},
+		{5, 0, true, false, "4 of 4 blocks + LM head on the GPU (-ngl 5), experts of 4 of them on the CPU"},
+	} {
+		o := plain()
+		o.ngl, o.nglSet, o.nCPUMoE, o.cpuMoE = c.ngl, true, c.nCPUMoE, c.cpuMoE
+		stdout, stderr, err := runCapture(t, model, o)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, stderr)
+		}
+		if !strings.Contains(stderr, "tq run: placement: "+c.placement) {
+			t.Errorf("-ngl %d --n-cpu-moe %d --cpu-moe %v: stderr\n%s\nwant the placement %q", c.ngl, c.nCPUMoE, c.cpuMoE, stderr, c.placement)
+		}
+		if c.exact && stdout != want+"\n" || !c.exact && strings.TrimSpace(stdout) == "" {
+			t.Errorf("-ngl %d --n-cpu-moe %d --cpu-moe %v generated %q, the CPU FullPrecision run %q", c.ngl, c.nCPUMoE, c.cpuMoE, stdout, want)
+		}
+	}
+	t.Logf("greedy text on the device, identical to the CPU FullPrecision run: %q", want)
 }

@@ -3,8 +3,12 @@ package plan
 import (
 	"context"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
+	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/infer/cuda"
 	"github.com/tq-project/tq/internal/convert"
 	"github.com/tq-project/tq/internal/fixtures"
 	"github.com/tq-project/tq/internal/hf"
@@ -101,4 +105,53 @@ func TestHybridInventoryMatchesConversion(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// turboMixQwen35 is the type of every tensor tq convert --use-turboquant writes for a qwen35moe
+// model (read from a converted fixture with tq inspect): the int4 roles Q4_K, skip roles Q8_0,
+// the LM head F16, the DeltaNet's small β/decay projections F16, vectors F32.
+const turboMixQwen35 = "q4_K,attn_output=q8_0,ssm_out=q8_0,ffn_down_exps=q8_0,ffn_down_shexp=q8_0,output=f16," +
+	"token_embd=q8_0,ssm_alpha=f16,ssm_beta=f16,nextn.eh_proj=q8_0"
+
+// TestHybridPlanQwen36Turboquant builds the 8 GiB placement of the real Qwen3.6-35B-A3B
+// configuration with the turboquant file's tensor types from config.json alone, and checks
+// that infer's device blocks can run every tensor the plan puts on the GPU (a mat-vec kernel
+// for its type, or a float32 vector) with the device limits on head sizes and experts: so the
+// -ngl / --n-cpu-moe pair tq run takes from this plan loads instead of falling back.
+func TestHybridPlanQwen36Turboquant(t *testing.T) {
+	m := mustHF(t, qwen36, turboMixQwen35)
+	o := DefaultOptions()
+	o.VRAM = 8 * gib
+	r, err := Analyze(m, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := r.Placement
+	if !p.Fits || p.GPUBytes > 8*gib || p.NGL < 40 || p.CPUMoE == 0 || p.CPUMoE >= 40 {
+		t.Fatalf("placement %+v", p)
+	}
+	s := m.Shape
+	if s.Hybrid == nil || s.Hybrid.HeadDim > 256 || s.HeadDim > 256 || s.NExpert > 1024 || s.NExpertUsed > 64 {
+		t.Fatalf("shape outside the device limits: %+v hybrid %+v", s, s.Hybrid)
+	}
+	first := s.NLayer - p.GPULayers
+	mv := cuda.MatVecTypes()
+	onGPU := 0
+	for _, tn := range m.Tensors {
+		gpu := tn.Layer >= first || (tn.Layer < 0 && tn.Group == GroupOutput && p.OutputOnGPU)
+		if tn.Layer >= s.NLayer || !gpu || tn.Group == GroupEmbedding { // MTP blocks are not loaded; the embedding stays on the host
+			continue
+		}
+		if tn.Layer >= 0 && tn.Layer < p.CPUMoE && strings.Contains(tn.Name, "_exps") {
+			continue // --n-cpu-moe: routed experts on the host
+		}
+		onGPU++
+		if len(tn.Dims) >= 2 && tn.Type != gguf.TypeF32 && !slices.Contains(mv, tn.Type) {
+			t.Errorf("%s (%s) goes to the GPU but has no mat-vec kernel", tn.Name, tn.Type)
+		}
+	}
+	if onGPU == 0 {
+		t.Fatal("no tensor on the GPU")
+	}
+	t.Logf("turboquant types, 8 GiB: %s (GPU %s, %d tensors on the device, %.1f tok/s predicted)", p.Args, HumanBytes(p.GPUBytes), onGPU, p.DecodeTokS)
 }
