@@ -3,6 +3,7 @@ package infer
 import (
 	"testing"
 
+	"github.com/tq-project/tq/infer/cuda"
 	"github.com/tq-project/tq/internal/convert"
 )
 
@@ -14,8 +15,12 @@ import (
 // the planner can choose: everything with the LM head, only the last blocks (a gated-attention
 // and a DeltaNet block on each side), and the routed experts on the host (--cpu-moe,
 // --n-cpu-moe). Weights: F32, and the turboquant policy's file (Q4_K, Q8_0, F16).
-func TestGPUEmulatedHybrid(t *testing.T) {
-	dev := emulatorBackend(t)
+func TestGPUEmulatedHybrid(t *testing.T) { testGPUHybrid(t, emulatorBackend(t), testing.Short()) }
+
+// TestGPUDeviceHybrid is TestGPUEmulatedHybrid on a real GPU (TQ_GPU=1; scripts/gpu-check.sh).
+func TestGPUDeviceHybrid(t *testing.T) { testGPUHybrid(t, gpuDeviceBackend(t), false) }
+
+func testGPUHybrid(t *testing.T, dev cuda.Backend, short bool) {
 	parent := t
 	type hcase struct {
 		name      string
@@ -34,7 +39,7 @@ func TestGPUEmulatedHybrid(t *testing.T) {
 		{"qwen35-q8_0-last3", "qwen35", "q8_0", 3, 0, 0},
 		{"qwen35-f32-all-batch5", "qwen35", "", 5, 0, 5},
 	}
-	if testing.Short() {
+	if short {
 		cases = []hcase{cases[1], cases[3], cases[5]}
 	}
 	dirs := map[string]string{} // fixtures in the parent test's temporary directory

@@ -18,7 +18,10 @@
 #                                               device copy bandwidth measured in the same run
 #   infer.test -test.run GPUDevice -test.v      whole models (llama, qwen2, qwen3, qwen3moe; Q4_K,
 #                                               Q6_K, Q8_0, F16; all layers + LM head, a split,
-#                                               experts on the CPU) against the CPU runner
+#                                               experts on the CPU; the qwen35/qwen35moe hybrid
+#                                               fixtures in F32, turboquant and Q8_0 with
+#                                               -ngl/--cpu-moe/--n-cpu-moe placements) against
+#                                               the CPU runner
 #   infer.test -test.bench GPUDecode -benchtime 64x   decode tok/s and GB/s of a 1.7 GB Q4_K
 #                                               model, % of copy bandwidth, speed-up over the CPU
 #   bin/tq run on a Q8_0 conversion of testdata/verify/toolmodel, auto (GPU) and --backend cpu
