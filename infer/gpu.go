@@ -24,14 +24,15 @@ import (
 //
 // Device blocks compute in float32 on weights in their GGUF encoding (no activation rounding to
 // q8/f16, unlike the CPU default; the CPU's Options.FullPrecision computes the same products), with
-// an f16 KV cache on the device (query and attention probabilities rounded to f16 as on the CPU).
+// an f16 or q8_0 KV cache on the device (the query rounded to the key type and, for an f16 value
+// cache, the attention probabilities to f16, as on the CPU).
 //
 // The hybrid blocks of qwen35 / qwen35moe run on the device too (gpu_hybrid.go): a Gated
 // DeltaNet block keeps its convolution and delta-rule states in device memory per session; only
 // the gated-attention blocks have a slice of the device KV cache.
 //
 // Not supported on the device, each reported by Load as one error wrapping ErrGPUUnsupported:
-// weight types outside cuda.MatVecTypes, KV cache types other than f16, head_dim > 256, a
+// weight types outside cuda.MatVecTypes, KV cache types other than f16 and q8_0, head_dim > 256, a
 // DeltaNet state size > 256, more than 1024 experts or more than 64 used. An Observer cannot watch device blocks:
 // Session.Eval returns an error when one is set on a model with GPU layers.
 
@@ -124,8 +125,10 @@ func (m *Model) setupGPU() error {
 	if c.Hybrid != nil && c.Hybrid.DState > 256 {
 		return unsupported("the Gated DeltaNet state size %d exceeds the device delta rule's limit of 256", c.Hybrid.DState)
 	}
-	if m.tk != gguf.TypeF16 || m.tv != gguf.TypeF16 {
-		return unsupported("the device KV cache is f16 only (cache types %s/%s requested)", m.tk, m.tv)
+	for _, t := range []gguf.GGMLType{m.tk, m.tv} {
+		if !slices.Contains(cuda.KVCacheTypes(), t) {
+			return unsupported("the device KV cache takes f16 and q8_0 (cache types %s/%s requested)", m.tk, m.tv)
+		}
 	}
 	if c.HeadDim > 256 {
 		return unsupported("head_dim %d exceeds the device attention limit of 256", c.HeadDim)

@@ -53,12 +53,13 @@ func deviceCases() []gpuCase {
 		L = 2
 	}
 	return []gpuCase{
-		{"llama-q4_K-all", big("llama", gguf.TypeQ4_K), L + 1, 0, 0},
-		{"qwen3-q6_K-split", big("qwen3", gguf.TypeQ6_K), L / 2, 0, 0},
-		{"qwen2-q8_0-layers", big("qwen2", gguf.TypeQ8_0), L, 0, 0},
-		{"qwen3-f16-all", big("qwen3", gguf.TypeF16), L + 1, 0, 0},
-		{"qwen3moe-q8_0-all", big("qwen3moe", gguf.TypeQ8_0), L + 1, 0, 0},
-		{"qwen3moe-q4_K-cpu-experts", big("qwen3moe", gguf.TypeQ4_K), L + 1, L, 0},
+		{"llama-q4_K-all", big("llama", gguf.TypeQ4_K), L + 1, 0, 0, "", ""},
+		{"qwen3-q6_K-split", big("qwen3", gguf.TypeQ6_K), L / 2, 0, 0, "", ""},
+		{"qwen2-q8_0-layers", big("qwen2", gguf.TypeQ8_0), L, 0, 0, "", ""},
+		{"qwen3-f16-all", big("qwen3", gguf.TypeF16), L + 1, 0, 0, "", ""},
+		{"qwen3moe-q8_0-all", big("qwen3moe", gguf.TypeQ8_0), L + 1, 0, 0, "", ""},
+		{"qwen3moe-q4_K-cpu-experts", big("qwen3moe", gguf.TypeQ4_K), L + 1, L, 0, "", ""},
+		{"qwen3-q4_K-all-q8_0-cache", big("qwen3", gguf.TypeQ4_K), L + 1, 0, 0, "q8_0", "q8_0"},
 	}
 }
 
@@ -98,6 +99,7 @@ func TestGPUDeviceMatchesCPU(t *testing.T) {
 			steps := randTokens(8, nSteps, tc.spec.Vocab)
 			load := func(o Options) *Model {
 				o.CtxSize = 256
+				o.CacheTypeK, o.CacheTypeV = tc.cacheK, tc.cacheV
 				m, err := Load(src, o)
 				if err != nil {
 					t.Fatal(err)

@@ -14,11 +14,16 @@ import (
 // same bounds as the dense architectures), 16-token greedy continuations, and every placement
 // the planner can choose: everything with the LM head, only the last blocks (a gated-attention
 // and a DeltaNet block on each side), and the routed experts on the host (--cpu-moe,
-// --n-cpu-moe). Weights: F32, and the turboquant policy's file (Q4_K, Q8_0, F16).
+// --n-cpu-moe). Weights: F32, and the turboquant policy's file (Q4_K, Q8_0, F16); KV caches f16
+// and q8_0.
 func TestGPUEmulatedHybrid(t *testing.T) { testGPUHybrid(t, emulatorBackend(t), testing.Short()) }
 
 // TestGPUDeviceHybrid is TestGPUEmulatedHybrid on a real GPU (TQ_GPU=1; scripts/gpu-check.sh).
-func TestGPUDeviceHybrid(t *testing.T) { testGPUHybrid(t, gpuDeviceBackend(t), false) }
+func TestGPUDeviceHybrid(t *testing.T) {
+	dev := gpuDeviceBackend(t)
+	defer dev.Close()
+	testGPUHybrid(t, dev, false)
+}
 
 func testGPUHybrid(t *testing.T, dev cuda.Backend, short bool) {
 	parent := t
@@ -29,18 +34,20 @@ func testGPUHybrid(t *testing.T, dev cuda.Backend, short bool) {
 		gpuLayers int
 		cpuMoE    int
 		batch     int
+		cache     string // KV cache type of K and V ("": f16)
 	}
 	cases := []hcase{
-		{"qwen35moe-f32-all", "qwen35moe", "", 5, 0, 0},
-		{"qwen35moe-turbo-all", "qwen35moe", "turbo", 5, 0, 0},
-		{"qwen35moe-turbo-last2", "qwen35moe", "turbo", 2, 0, 0},
-		{"qwen35moe-turbo-cpu-moe", "qwen35moe", "turbo", 5, 4, 0},
-		{"qwen35moe-f32-n-cpu-moe-batch5", "qwen35moe", "", 3, 2, 5},
-		{"qwen35-q8_0-last3", "qwen35", "q8_0", 3, 0, 0},
-		{"qwen35-f32-all-batch5", "qwen35", "", 5, 0, 5},
+		{"qwen35moe-f32-all", "qwen35moe", "", 5, 0, 0, ""},
+		{"qwen35moe-turbo-all", "qwen35moe", "turbo", 5, 0, 0, ""},
+		{"qwen35moe-turbo-last2", "qwen35moe", "turbo", 2, 0, 0, ""},
+		{"qwen35moe-turbo-cpu-moe", "qwen35moe", "turbo", 5, 4, 0, ""},
+		{"qwen35moe-f32-n-cpu-moe-batch5", "qwen35moe", "", 3, 2, 5, ""},
+		{"qwen35moe-turbo-all-q8_0-cache", "qwen35moe", "turbo", 5, 0, 0, "q8_0"},
+		{"qwen35-q8_0-last3", "qwen35", "q8_0", 3, 0, 0, ""},
+		{"qwen35-f32-all-batch5", "qwen35", "", 5, 0, 5, ""},
 	}
 	if short {
-		cases = []hcase{cases[1], cases[3], cases[5]}
+		cases = []hcase{cases[1], cases[3], cases[5], cases[6]}
 	}
 	dirs := map[string]string{} // fixtures in the parent test's temporary directory
 	for _, tc := range cases {
@@ -67,6 +74,7 @@ func testGPUHybrid(t *testing.T, dev cuda.Backend, short bool) {
 			steps := randTokens(8, 4, 1400)
 			load := func(o Options) *Model {
 				o.Threads, o.CtxSize, o.BatchSize = 2, 64, tc.batch
+				o.CacheTypeK, o.CacheTypeV = tc.cache, tc.cache
 				m, err := Load(src, o)
 				if err != nil {
 					t.Fatal(err)

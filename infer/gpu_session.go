@@ -64,7 +64,7 @@ func (s *Session) gpuState(T int) (*gpuSession, error) {
 		c := s.m.cfg
 		ds = &gpuSession{be: g.be}
 		if g.nKV > 0 {
-			kv, err := g.be.NewKVCache(g.nKV, s.kv.ctx, c.KVDim())
+			kv, err := g.be.NewKVCache(g.nKV, s.kv.ctx, c.KVDim(), s.m.tk, s.m.tv)
 			if err != nil {
 				return nil, fmt.Errorf("infer: device KV cache: %w", err)
 			}

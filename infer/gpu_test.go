@@ -151,6 +151,8 @@ type gpuCase struct {
 	gpuLayers int // Options.GPULayers (n_layer+1: everything incl. the head)
 	cpuMoE    int
 	batch     int
+	cacheK    string // KV cache types ("": f16)
+	cacheV    string
 }
 
 func gpuCases() []gpuCase {
@@ -163,14 +165,16 @@ func gpuCases() []gpuCase {
 	mixed.Types = map[string]gguf.GGMLType{"default": gguf.TypeQ4_K, "attn_v": gguf.TypeQ6_K,
 		"ffn_down": gguf.TypeQ8_0, "output": gguf.TypeQ6_K, "token_embd": gguf.TypeF16}
 	return []gpuCase{
-		{"llama-q4_K-all", spec("llama", gguf.TypeQ4_K), 3, 0, 0},
-		{"qwen3-q6_K-all", spec("qwen3", gguf.TypeQ6_K), 3, 0, 0},
-		{"qwen3-f16-split", spec("qwen3", gguf.TypeF16), 1, 0, 5},
-		{"qwen2-q8_0-layers", spec("qwen2", gguf.TypeQ8_0), 2, 0, 0},
-		{"llama-mixed-split", mixed, 1, 0, 0},
-		{"qwen3moe-q8_0-all", spec("qwen3moe", gguf.TypeQ8_0), 3, 0, 0},
-		{"qwen3moe-q4_K-cpu-experts", spec("qwen3moe", gguf.TypeQ4_K), 3, 2, 0},
-		{"qwen3moe-f32-split-cpu-experts", spec("qwen3moe", gguf.TypeF32), 1, 2, 0},
+		{"llama-q4_K-all", spec("llama", gguf.TypeQ4_K), 3, 0, 0, "", ""},
+		{"qwen3-q6_K-all", spec("qwen3", gguf.TypeQ6_K), 3, 0, 0, "", ""},
+		{"qwen3-f16-split", spec("qwen3", gguf.TypeF16), 1, 0, 5, "", ""},
+		{"qwen2-q8_0-layers", spec("qwen2", gguf.TypeQ8_0), 2, 0, 0, "", ""},
+		{"llama-mixed-split", mixed, 1, 0, 0, "", ""},
+		{"qwen3moe-q8_0-all", spec("qwen3moe", gguf.TypeQ8_0), 3, 0, 0, "", ""},
+		{"qwen3moe-q4_K-cpu-experts", spec("qwen3moe", gguf.TypeQ4_K), 3, 2, 0, "", ""},
+		{"qwen3moe-f32-split-cpu-experts", spec("qwen3moe", gguf.TypeF32), 1, 2, 0, "", ""},
+		{"qwen3-q4_K-all-q8_0-cache", spec("qwen3", gguf.TypeQ4_K), 3, 0, 0, "q8_0", "q8_0"},
+		{"llama-q8_0-split-q8_0-k-cache", spec("llama", gguf.TypeQ8_0), 1, 0, 5, "q8_0", "f16"},
 	}
 }
 
@@ -185,6 +189,7 @@ func TestGPUEmulatedMatchesCPU(t *testing.T) {
 			steps := randTokens(8, 4, tc.spec.Vocab)
 			load := func(o Options) *Model {
 				o.Threads, o.CtxSize, o.BatchSize = 2, 64, tc.batch
+				o.CacheTypeK, o.CacheTypeV = tc.cacheK, tc.cacheV
 				m, err := Load(src, o)
 				if err != nil {
 					t.Fatal(err)
@@ -325,7 +330,7 @@ func TestGPUEmulatedErrors(t *testing.T) {
 		{Options{GPULayers: -1, Backend: dev}, false, "GPULayers -1 is negative"},
 		{Options{GPULayers: 1, CPUMoE: -2, Backend: dev}, false, "CPUMoE -2 is negative"},
 		{Options{GPULayers: 1, Backend: dev}, true, `tensor "blk.2.ffn_down.weight" is q5_0`},
-		{Options{GPULayers: 4, Backend: dev, CacheTypeV: "q8_0"}, true, "f16 only"},
+		{Options{GPULayers: 4, Backend: dev, CacheTypeV: "q4_0"}, true, "takes f16 and q8_0"},
 	} {
 		_, err := Load(src, tc.o)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || errors.Is(err, ErrGPUUnsupported) != tc.unsupported {

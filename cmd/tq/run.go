@@ -61,7 +61,8 @@ top-k, top-p, min-p, temperature). --temp 0 is greedy decoding.
 
 KV cache: --cache-type-k/-v when given, else the type a turboquant file records
 (turboquant.kv_cache_dtype, from tq calibrate), else f16; a line says when the file's type is
-used (--json: kv_cache). GPU blocks keep an f16 cache whatever the file records.
+used (--json: kv_cache). GPU blocks keep f16 or q8_0 caches: another type the file records
+becomes f16 there.
 
 GPU: --backend auto (default) uses an NVIDIA GPU when the driver (libcuda.so.1) reports one,
 and otherwise runs on the CPU, saying why in one line when a GPU was asked for (--n-gpu-layers
@@ -71,9 +72,9 @@ model's block count also moves the LM head there), as llama.cpp's -ngl counts th
 --n-gpu-layers the placement is planned (as tq plan does) for --vram, or for the device's free
 memory, and printed in one line; --cpu-moe keeps every routed expert tensor on the CPU,
 --n-cpu-moe N those of the first N blocks (shared experts stay with their block). GPU layers
-compute in float32 without activation rounding and keep an f16 KV cache on the device; the
+compute in float32 without activation rounding and keep an f16 or q8_0 KV cache on the device; the
 Qwen3.5/3.6 hybrids (qwen35, qwen35moe) keep their Gated DeltaNet states there too. Models the
-GPU backend cannot run (weight types without a CUDA kernel, a non-f16 KV cache) run on the CPU
+GPU backend cannot run (weight types without a CUDA kernel, a KV cache other than f16 or q8_0) run on the CPU
 with one line saying why.`,
 		Example: `  tq run model.gguf -p "The capital of France is" -n 32
   tq run model.gguf -p "Write a haiku about Go." --chat --temp 0.7 --seed 1

@@ -141,14 +141,14 @@ func TestRunGPUEmulator(t *testing.T) {
 
 	// a KV cache type the device does not have: one line, then the CPU; an error with cuda
 	o = plain()
-	o.cacheK, o.ngl, o.nglSet, o.n = "q8_0", 3, true, 2
+	o.cacheK, o.ngl, o.nglSet, o.n = "q4_0", 3, true, 2
 	_, stderr, err = runCapture(t, model, o)
-	if err != nil || !strings.Contains(stderr, "f16 only") || !strings.Contains(stderr, "running on CPU") {
-		t.Errorf("q8_0 K cache with GPU layers: %v\n%s", err, stderr)
+	if err != nil || !strings.Contains(stderr, "takes f16 and q8_0") || !strings.Contains(stderr, "running on CPU") {
+		t.Errorf("q4_0 K cache with GPU layers: %v\n%s", err, stderr)
 	}
 	o.backend = "cuda"
-	if _, _, err := runCapture(t, model, o); err == nil || !strings.Contains(err.Error(), "f16 only") {
-		t.Errorf("q8_0 K cache with --backend cuda: %v", err)
+	if _, _, err := runCapture(t, model, o); err == nil || !strings.Contains(err.Error(), "takes f16 and q8_0") {
+		t.Errorf("q4_0 K cache with --backend cuda: %v", err)
 	}
 }
 

@@ -54,16 +54,17 @@ func chooseKVCache(md gguf.Metadata, o *runOptions) (c kvCacheChoice, warning st
 	return c, warning
 }
 
-// forGPU is the cache of a run with GPU blocks: the GPU backend keeps an f16 cache, so a type
-// taken from the file falls back to f16 there (one the user set is kept: Load then reports the
-// GPU cannot run it).
+// forGPU is the cache of a run with GPU blocks: the GPU backend keeps f16 or q8_0 caches, so any
+// other type taken from the file falls back to f16 there (one the user set is kept: Load then
+// reports the GPU cannot run it).
 func (c kvCacheChoice) forGPU() kvCacheChoice {
 	g := c
 	var changed bool
-	if g.fileK && g.K != "f16" {
+	onDevice := func(t string) bool { return t == "f16" || t == "q8_0" }
+	if g.fileK && !onDevice(g.K) {
 		g.K, g.fileK, changed = "f16", false, true
 	}
-	if g.fileV && g.V != "f16" {
+	if g.fileV && !onDevice(g.V) {
 		g.V, g.fileV, changed = "f16", false, true
 	}
 	if changed {
@@ -71,7 +72,7 @@ func (c kvCacheChoice) forGPU() kvCacheChoice {
 		if !c.fileK {
 			file = c.V
 		}
-		g.Source = fmt.Sprintf("not the file's %s %s: the GPU backend keeps an f16 KV cache", kvCacheKey, file)
+		g.Source = fmt.Sprintf("not the file's %s %s: the GPU backend keeps f16 or q8_0 KV caches", kvCacheKey, file)
 		g.gpuF16 = true
 	}
 	return g

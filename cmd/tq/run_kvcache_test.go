@@ -101,15 +101,15 @@ func TestChooseKVCache(t *testing.T) {
 		k, v    string
 		warn    bool
 		gpuK    string
-		gpuNote bool
+		gpuNote string // the Source of the GPU's choice when it is worth a line
 	}{
-		{"-", def, "f16", "f16", false, "f16", false},
-		{"q8_0", def, "q8_0", "q8_0", false, "f16", true},
-		{"Q4_0", def, "q4_0", "q4_0", false, "f16", true},
-		{"f16", def, "f16", "f16", false, "f16", false},
-		{"q8_0", &runOptions{cacheK: "q4_0", cacheV: "f32", cacheKSet: true, cacheVSet: true}, "q4_0", "f32", false, "q4_0", false},
-		{"int4", def, "f16", "f16", true, "f16", false},
-		{"", def, "f16", "f16", true, "f16", false},
+		{"-", def, "f16", "f16", false, "f16", ""},
+		{"q8_0", def, "q8_0", "q8_0", false, "q8_0", "from the file's"},
+		{"Q4_0", def, "q4_0", "q4_0", false, "f16", "GPU backend keeps f16 or q8_0"},
+		{"f16", def, "f16", "f16", false, "f16", ""},
+		{"q8_0", &runOptions{cacheK: "q4_0", cacheV: "f32", cacheKSet: true, cacheVSet: true}, "q4_0", "f32", false, "q4_0", ""},
+		{"int4", def, "f16", "f16", true, "f16", ""},
+		{"", def, "f16", "f16", true, "f16", ""},
 	}
 	for _, c := range cases {
 		got, warn := chooseKVCache(md(c.file), c.o)
@@ -117,7 +117,7 @@ func TestChooseKVCache(t *testing.T) {
 			t.Errorf("file %q, flags %+v: %s/%s warning %q", c.file, *c.o, got.K, got.V, warn)
 		}
 		g := got.forGPU()
-		if g.K != c.gpuK || g.worthALine() != c.gpuNote || c.gpuNote && !strings.Contains(g.Source, "GPU backend keeps an f16") {
+		if g.K != c.gpuK || g.worthALine() != (c.gpuNote != "") || !strings.Contains(g.Source, c.gpuNote) {
 			t.Errorf("file %q on the GPU: %+v", c.file, g)
 		}
 	}

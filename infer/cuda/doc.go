@@ -17,13 +17,14 @@
 // a device is opened. The PTX is committed, so building needs no CUDA toolkit. Every kernel reads
 // GGUF data in place: mat-vec and small-batch mat-mul for Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, F16, BF16
 // and F32 weights; RMSNorm; RoPE (NORM and NEOX, linear and YaRN scaling, frequency factors);
-// causal softmax attention over an f16 KV cache on the device; SwiGLU; residual and bias adds;
+// causal softmax attention over an f16 or q8_0 KV cache on the device; SwiGLU; residual and bias adds;
 // mixture-of-experts routing (softmax, top-k, optional renormalisation), gather/scatter of
 // routed rows and the weighted combination of expert outputs; the Qwen3.5 hybrid blocks' Gated
 // DeltaNet (causal convolution with its rolling state, L2 norms, gates, the delta rule with a
 // per-head state on the device), the gated attention's sigmoid gate and the shared expert's gate.
 // Numerics follow the CPU runner:
-// f32 activations, f16 KV cache, query and attention probabilities rounded to f16.
+// f32 activations; the query rounded to the key cache's type (f16, or q8_0 blocks) and, with an f16
+// value cache, the attention probabilities to f16.
 //
 // # Backend
 //
@@ -77,9 +78,9 @@ type Backend interface {
 	Add(y, x Buffer, n int) error
 	AddRows(y, b Buffer, n, T int) error
 
-	// NewKVCache allocates an f16 cache; KVStore appends T rotated K/V rows at pos0; Attention
-	// computes causal attention of T query rows at pos0.. against the cache.
-	NewKVCache(layers, ctx, kvDim int) (*KVCache, error)
+	// NewKVCache allocates a cache (keys and values each f16 or q8_0); KVStore appends T rotated
+	// K/V rows at pos0; Attention computes causal attention of T query rows at pos0.. against it.
+	NewKVCache(layers, ctx, kvDim int, k, v gguf.GGMLType) (*KVCache, error)
 	FreeKVCache(c *KVCache) error
 	KVStore(c *KVCache, layer, pos0, T int, k, v Buffer) error
 	Attention(out, q Buffer, c *KVCache, layer, pos0, T, nHead, nHeadKV, headDim int) error

@@ -67,7 +67,7 @@ const (
 	kGatherRows
 	kScatterRows
 	kMoECombine
-	kAttnF16
+	kAttn
 	kMoERoute
 	kSSMConv
 	kL2Norm
@@ -111,11 +111,11 @@ func buildKernelTable() []kernelSpec {
 		kSwiGLU:          {"tq_swiglu", "ops", []paramKind{P, P, I}},
 		kAdd:             {"tq_add", "ops", []paramKind{P, P, I}},
 		kAddRows:         {"tq_add_rows", "ops", []paramKind{P, P, I, I}},
-		kKVStore:         {"tq_kv_store", "ops", []paramKind{P, P, P, P, I, I, I}},
+		kKVStore:         {"tq_kv_store", "ops", []paramKind{P, P, I, I, I, I}},
 		kGatherRows:      {"tq_gather_rows", "ops", []paramKind{P, P, P, I, I}},
 		kScatterRows:     {"tq_scatter_rows", "ops", []paramKind{P, P, P, I, I}},
 		kMoECombine:      {"tq_moe_combine", "ops", []paramKind{P, P, P, I, I, I}},
-		kAttnF16:         {"tq_attn_f16", "attention", []paramKind{P, P, P, P, P, I, I, I, I, I, I, F}},
+		kAttn:            {"tq_attn", "attention", []paramKind{P, P, P, P, P, I, I, I, I, I, I, F, I, I}},
 		kMoERoute:        {"tq_moe_route", "moe", []paramKind{P, P, P, I, I, I, I}},
 		kSSMConv:         {"tq_ssm_conv", "hybrid", []paramKind{P, P, P, P, I, I, I}},
 		kL2Norm:          {"tq_l2norm", "hybrid", []paramKind{P, I, I, I, I, F}},

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"unsafe"
 
 	"github.com/tq-project/tq/gguf"
@@ -177,31 +178,63 @@ func (d *Device) FreeTensor(t *Tensor) error {
 	})
 }
 
-// KVCache is an f16 key/value cache on the device: per layer, Ctx rows of KVDim halves for keys
-// and as many for values.
+// KVCache is a key/value cache on the device: per layer, Ctx rows of KVDim elements for keys (of
+// type K) and as many for values (of type V); each type is F16 or Q8_0 (34-byte blocks of 32).
 type KVCache struct {
 	Layers, Ctx, KVDim int
+	K, V               gguf.GGMLType
 	k, v               []uint64
 }
 
-// Bytes is the device memory the cache holds.
-func (c *KVCache) Bytes() int64 { return int64(c.Layers) * int64(c.Ctx) * int64(c.KVDim) * 4 }
+// KVCacheTypes lists the cache types NewKVCache takes.
+func KVCacheTypes() []gguf.GGMLType { return []gguf.GGMLType{gguf.TypeF16, gguf.TypeQ8_0} }
 
-// NewKVCache allocates an f16 KV cache of layers × ctx positions × kvDim (n_head_kv·head_dim).
-func (d *Device) NewKVCache(layers, ctx, kvDim int) (*KVCache, error) {
+// kvRowBytes is the size of one cache row of n elements of type t.
+func kvRowBytes(t gguf.GGMLType, n int) int64 {
+	if t == gguf.TypeQ8_0 {
+		return int64(n/32) * 34
+	}
+	return int64(n) * 2
+}
+
+// kvTypeCode is the kernels' code of a cache type (KV_F16, KV_Q8_0 in attention.cu).
+func kvTypeCode(t gguf.GGMLType) int32 {
+	if t == gguf.TypeQ8_0 {
+		return 8
+	}
+	return 1
+}
+
+// Bytes is the device memory the cache holds.
+func (c *KVCache) Bytes() int64 {
+	return int64(c.Layers) * int64(c.Ctx) * (kvRowBytes(c.K, c.KVDim) + kvRowBytes(c.V, c.KVDim))
+}
+
+// NewKVCache allocates a KV cache of layers × ctx positions × kvDim (n_head_kv·head_dim) with keys
+// of type kt and values of type vt (KVCacheTypes; q8_0 needs kvDim and the head size to be
+// multiples of 32, which Attention checks).
+func (d *Device) NewKVCache(layers, ctx, kvDim int, kt, vt gguf.GGMLType) (*KVCache, error) {
 	if layers <= 0 || ctx <= 0 || kvDim <= 0 || ctx > math.MaxInt32/kvDim {
 		return nil, fmt.Errorf("cuda: KV cache of %d layers × %d positions × %d", layers, ctx, kvDim)
 	}
-	c := &KVCache{Layers: layers, Ctx: ctx, KVDim: kvDim}
-	size := int64(ctx) * int64(kvDim) * 2
+	for _, t := range []gguf.GGMLType{kt, vt} {
+		if !slices.Contains(KVCacheTypes(), t) {
+			return nil, fmt.Errorf("cuda: KV cache type %s (the device caches take f16 and q8_0)", t)
+		}
+		if t == gguf.TypeQ8_0 && kvDim%32 != 0 {
+			return nil, fmt.Errorf("cuda: a q8_0 KV cache needs rows of a multiple of 32 elements, not %d", kvDim)
+		}
+	}
+	c := &KVCache{Layers: layers, Ctx: ctx, KVDim: kvDim, K: kt, V: vt}
+	ksize, vsize := int64(ctx)*kvRowBytes(kt, kvDim), int64(ctx)*kvRowBytes(vt, kvDim)
 	err := d.do(func() error {
 		for range layers {
-			k, err := d.alloc(size)
+			k, err := d.alloc(ksize)
 			if err != nil {
 				return err
 			}
 			c.k = append(c.k, k)
-			v, err := d.alloc(size)
+			v, err := d.alloc(vsize)
 			if err != nil {
 				return err
 			}

@@ -5,6 +5,8 @@ import (
 	"math"
 	"runtime"
 	"unsafe"
+
+	"github.com/tq-project/tq/gguf"
 )
 
 // checkPositive reports an error unless every value is in [1, MaxInt32].
@@ -189,8 +191,9 @@ func (d *Device) AddRows(y, b Buffer, n, T int) error {
 	})
 }
 
-// KVStore converts T rows of keys and values (c.KVDim floats each, already rotated) to f16 and
-// stores them in layer's cache at positions pos0 .. pos0+T-1.
+// KVStore converts T rows of keys and values (c.KVDim floats each, already rotated) to the cache's
+// types (f16: round to nearest even; q8_0: ggml's quantize_row_q8_0 per 32 values) and stores them
+// in layer's cache at positions pos0 .. pos0+T-1.
 func (d *Device) KVStore(c *KVCache, layer, pos0, T int, k, v Buffer) error {
 	const op = "KVStore"
 	if c == nil || layer < 0 || layer >= len(c.k) {
@@ -210,8 +213,12 @@ func (d *Device) KVStore(c *KVCache, layer, pos0, T int, k, v Buffer) error {
 	}
 	grid, block := rowsByColsGeometry(c.KVDim, T)
 	return d.do(func() error {
-		return d.launch(kKVStore, grid, block, argPtr(k.ptr), argPtr(v.ptr), argPtr(c.k[layer]), argPtr(c.v[layer]),
-			argI32(int32(pos0)), argI32(int32(T)), argI32(int32(c.KVDim)))
+		if err := d.launch(kKVStore, grid, block, argPtr(k.ptr), argPtr(c.k[layer]), argI32(int32(pos0)), argI32(int32(T)),
+			argI32(int32(c.KVDim)), argI32(kvTypeCode(c.K))); err != nil {
+			return err
+		}
+		return d.launch(kKVStore, grid, block, argPtr(v.ptr), argPtr(c.v[layer]), argI32(int32(pos0)), argI32(int32(T)),
+			argI32(int32(c.KVDim)), argI32(kvTypeCode(c.V)))
 	})
 }
 
@@ -232,6 +239,9 @@ func (d *Device) Attention(out, q Buffer, c *KVCache, layer, pos0, T, nHead, nHe
 	if headDim > attnMaxHeadDim {
 		return fmt.Errorf("cuda: %s: head_dim %d exceeds %d", op, headDim, attnMaxHeadDim)
 	}
+	if (c.K == gguf.TypeQ8_0 || c.V == gguf.TypeQ8_0) && headDim%32 != 0 {
+		return fmt.Errorf("cuda: %s: a q8_0 cache needs head_dim to be a multiple of 32, not %d", op, headDim)
+	}
 	if pos0 < 0 || pos0 > c.Ctx-T || T > maxGridYZ {
 		return fmt.Errorf("cuda: %s: positions %d..%d outside the cache of %d", op, pos0, pos0+T-1, c.Ctx)
 	}
@@ -249,9 +259,9 @@ func (d *Device) Attention(out, q Buffer, c *KVCache, layer, pos0, T, nHead, nHe
 		if err != nil {
 			return err
 		}
-		return d.launch(kAttnF16, grid, block, argPtr(q.ptr), argPtr(c.k[layer]), argPtr(c.v[layer]), argPtr(out.ptr),
+		return d.launch(kAttn, grid, block, argPtr(q.ptr), argPtr(c.k[layer]), argPtr(c.v[layer]), argPtr(out.ptr),
 			argPtr(scores), argI32(int32(T)), argI32(int32(pos0)), argI32(int32(nHead)), argI32(int32(nHeadKV)),
-			argI32(int32(headDim)), argI32(int32(c.Ctx)), argF32(scale))
+			argI32(int32(headDim)), argI32(int32(c.Ctx)), argF32(scale), argI32(kvTypeCode(c.K)), argI32(kvTypeCode(c.V)))
 	})
 }
 

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/internal/testenv"
 )
 
@@ -200,6 +201,7 @@ func TestLaunchConstantsMatchSources(t *testing.T) {
 	for name, goVal := range map[string]int{
 		"MV_WARPS": mvWarps, "MV_MAX_T": mvMaxT, "ATTN_THREADS": attnThreads, "ATTN_MAX_HD": attnMaxHeadDim,
 		"MOE_THREADS": moeThreads, "MOE_MAX_EXPERTS": moeMaxExperts, "MOE_MAX_K": moeMaxK, "DR_MAX_DS": drMaxDState,
+		"KV_F16": int(kvTypeCode(gguf.TypeF16)), "KV_Q8_0": int(kvTypeCode(gguf.TypeQ8_0)),
 		"TQ_F32": 0, "TQ_F16": 1, "TQ_Q4_0": 2, "TQ_Q8_0": 8, "TQ_Q4_K": 12, "TQ_Q5_K": 13, "TQ_Q6_K": 14, "TQ_BF16": 30,
 	} {
 		cVal, ok := defs[name]

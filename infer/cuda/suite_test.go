@@ -457,10 +457,46 @@ func testAttention(t *testing.T, d *Device, big bool) {
 	if big {
 		cfgs = append(cfgs, cfg{32, 8, 128, 4096, 4000, 4}, cfg{16, 2, 256, 1024, 1000, 3})
 	}
-	for _, c := range cfgs {
+	types := [][2]gguf.GGMLType{{gguf.TypeF16, gguf.TypeF16}, {gguf.TypeQ8_0, gguf.TypeQ8_0}, {gguf.TypeQ8_0, gguf.TypeF16}, {gguf.TypeF16, gguf.TypeQ8_0}}
+	for ci, c := range cfgs {
+		kt, vt := types[ci%len(types)][0], types[ci%len(types)][1]
+		if ci == 0 {
+			kt, vt = gguf.TypeQ8_0, gguf.TypeQ8_0 // the first (GQA) case with both types below too
+		}
+		testAttentionTypes(t, d, r, c.nhead, c.nkv, c.hd, c.ctx, c.pos0, c.T, kt, vt)
+		if ci == 0 {
+			testAttentionTypes(t, d, r, c.nhead, c.nkv, c.hd, c.ctx, c.pos0, c.T, gguf.TypeF16, gguf.TypeF16)
+		}
+	}
+}
+
+// cacheRound returns x as a cache of type t holds it: f16-rounded, or q8_0-quantized per 32
+// values by ggml's reference quantizer and dequantized.
+func cacheRound(t *testing.T, ty gguf.GGMLType, x []float32) []float64 {
+	out := make([]float64, len(x))
+	if ty == gguf.TypeF16 {
+		for i, v := range x {
+			out[i] = f16round(v)
+		}
+		return out
+	}
+	_, deq := encode(t, ty, x, 1, len(x))
+	for i, v := range deq {
+		out[i] = float64(v)
+	}
+	return out
+}
+
+// testAttentionTypes checks one attention shape with key and value caches of types kt and vt
+// against a float64 reference that rounds as the CPU runner does: the query to the key type (f16,
+// or q8_0 blocks), the cached keys and values to their types, and the probabilities to f16 for an
+// f16 value cache.
+func testAttentionTypes(t *testing.T, d *Device, r *rand.Rand, nhead, nkv, hd, ctx, pos0, T int, kt, vt gguf.GGMLType) {
+	c := struct{ nhead, nkv, hd, ctx, pos0, T int }{nhead, nkv, hd, ctx, pos0, T}
+	{
 		kvd := c.nkv * c.hd
 		const layers = 2
-		cache, err := d.NewKVCache(layers, c.ctx, kvd)
+		cache, err := d.NewKVCache(layers, c.ctx, kvd, kt, vt)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -493,6 +529,8 @@ func testAttention(t *testing.T, d *Device, big bool) {
 			}
 			got := mustRead(t, d, ob, c.T*qd)
 			scale := 1 / math.Sqrt(float64(c.hd))
+			Kr, Vr := cacheRound(t, kt, K[layer]), cacheRound(t, vt, V[layer])
+			qr := cacheRound(t, kt, q)
 			for tt := 0; tt < c.T; tt++ {
 				L := c.pos0 + tt + 1
 				for h := 0; h < c.nhead; h++ {
@@ -502,7 +540,7 @@ func testAttention(t *testing.T, d *Device, big bool) {
 					for u := 0; u < L; u++ {
 						var dot float64
 						for i := 0; i < c.hd; i++ {
-							dot += f16round(q[tt*qd+h*c.hd+i]) * f16round(K[layer][u*kvd+g*c.hd+i])
+							dot += qr[tt*qd+h*c.hd+i] * Kr[u*kvd+g*c.hd+i]
 						}
 						sc[u] = dot * scale
 						mx = max(mx, sc[u])
@@ -515,15 +553,18 @@ func testAttention(t *testing.T, d *Device, big bool) {
 					for i := 0; i < c.hd; i++ {
 						var o, mag, big float64
 						for u := 0; u < L; u++ {
-							p := f16round(float32(sc[u] / sum))
-							v := f16round(V[layer][u*kvd+g*c.hd+i])
+							p := sc[u] / sum
+							if vt == gguf.TypeF16 {
+								p = f16round(float32(p))
+							}
+							v := Vr[u*kvd+g*c.hd+i]
 							o += p * v
 							mag += sc[u] / sum * math.Abs(v)
 							big = max(big, p*math.Abs(v))
 						}
 						gv := float64(got[(tt*c.nhead+h)*c.hd+i])
 						if tol := 2e-5*mag + big/1024 + 1e-6; !(math.Abs(gv-o) <= tol) {
-							t.Fatalf("%+v q×%g: out[t=%d][h=%d][%d] = %g want %g (tol %.3g)", c, qscale, tt, h, i, gv, o, tol)
+							t.Fatalf("%+v %s/%s q×%g: out[t=%d][h=%d][%d] = %g want %g (tol %.3g)", c, kt, vt, qscale, tt, h, i, gv, o, tol)
 						}
 					}
 				}
@@ -710,7 +751,7 @@ func testErrors(t *testing.T, d *Device) {
 		t.Fatal(err)
 	}
 	defer d.FreeTensor(q80)
-	cache, err := d.NewKVCache(1, 8, 64)
+	cache, err := d.NewKVCache(1, 8, 64, gguf.TypeF16, gguf.TypeF16)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,14 +73,25 @@ extern "C" __global__ void tq_add_rows(float* y, const float* b, int n, int T) {
         y[i] += b[i % n];
 }
 
-// tq_kv_store converts T rows of K and V (kvdim floats each) to f16 and stores them at cache rows
-// pos0 .. pos0+T-1 (kc/vc rows of kvdim halves). Launch: grid = (ceil(kvdim/256), T), block 256.
-extern "C" __global__ void tq_kv_store(const float* k, const float* v, u16* kc, u16* vc, int pos0, int T, int kvdim) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
-    if (i >= kvdim || t >= T) return;
-    const u64 src = (u64)t * kvdim + i, dst = (u64)(pos0 + t) * kvdim + i;
-    kc[dst] = f2h(k[src]);
-    vc[dst] = f2h(v[src]);
+// tq_kv_store converts T rows of kvdim floats (keys or values, already rotated) to the cache type t
+// and stores them at cache rows pos0 .. pos0+T-1: t = 1 (f16): halves, round to nearest even;
+// t = 8 (q8_0): per 32 values (kvdim % 32 == 0) ggml's quantize_row_q8_0: d = amax/127,
+// q = round(x·(1/d)), stored as an f16 d and 32 int8 (34 bytes; one warp per block).
+// Launch: grid = (ceil(kvdim/256), T), block 256.
+extern "C" __global__ void tq_kv_store(const float* x, u8* c, int pos0, int T, int kvdim, int t) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
+    if (i >= kvdim || r >= T) return; // whole warps: kvdim is a multiple of 32 for q8_0
+    const float v = x[(u64)r * kvdim + i];
+    if (t == 8) {
+        const float amax = warp_max(fabsf(v));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        u8* b = c + (u64)(pos0 + r) * (kvdim >> 5) * 34 + (u64)(i >> 5) * 34;
+        if ((i & 31) == 0) *(u16*)b = f2h(d);
+        b[2 + (i & 31)] = (u8)(i8)roundf(v * id);
+        return;
+    }
+    ((u16*)c)[(u64)(pos0 + r) * kvdim + i] = f2h(v);
 }
 
 // tq_gather_rows: dst[j] = src[idx[j]] for rows of n floats, j < count. Launch: grid = (ceil(n/256),
