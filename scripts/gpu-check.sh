@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # gpu-check.sh: the CUDA device checks of packages infer/cuda and infer (the GPU layer executor)
-# and of `tq run` in one script, inside one 420 s device call (hard limits: 100 s + 50 s for the
-# kernel tests and benchmarks, 130 s + 70 s for the full-model tests and decode benchmark, 3 × 20 s
-# for tq run).
+# and of `tq run` in one script, inside one 450 s device call (hard limits: 100 s + 50 s for the
+# kernel tests and benchmarks, 130 s for the full-model tests, 60 s + 40 s for the dense and the
+# hybrid decode benchmarks, 3 × 20 s for tq run).
 #
 #   scripts/gpu-check.sh build   build build/cuda.test and build/infer.test (the test binaries of
 #                                infer/cuda and infer) and bin/tq, all with CGO_ENABLED=0; needs
@@ -24,6 +24,9 @@
 #                                               the CPU runner
 #   infer.test -test.bench GPUDecode -benchtime 64x   decode tok/s and GB/s of a 1.7 GB Q4_K
 #                                               model, % of copy bandwidth, speed-up over the CPU
+#   infer.test -test.bench GPUDecodeHybrid -benchtime 32x   the same for a 2.4 GB qwen35moe with
+#                                               the 35B-A3B block layout in the turboquant types
+#                                               (GB/s of the weights one token reads)
 #   bin/tq run on a Q8_0 conversion of testdata/verify/toolmodel, auto (GPU) and --backend cpu
 # Logs go to $OUT/gpu-check/ when OUT is set, else build/gpu-check/: env.txt, tests.log,
 # bench.log, infer-tests.log, infer-bench.log, tq-run.log, summary.txt. Exit status 0 only if
@@ -88,7 +91,6 @@ run() {
 	} >"$outdir/env.txt" 2>&1
 	cat "$outdir/env.txt"
 
-	# The test binary runs in the package directory, as `go test` would run it.
 	# The test binaries run in their package directories, as `go test` would run them.
 	(cd infer/cuda && TQ_GPU=1 timeout 100 "$root/$bin" -test.run GPU -test.v -test.timeout 95s ${GPU_CHECK_TEST_FLAGS:-}) 2>&1 | tee "$outdir/tests.log"
 	local test_rc=${PIPESTATUS[0]}
@@ -96,8 +98,10 @@ run() {
 	local bench_rc=${PIPESTATUS[0]}
 	(cd infer && TQ_GPU=1 timeout 130 "$root/$ibin" -test.run GPUDevice -test.v -test.timeout 125s ${GPU_CHECK_TEST_FLAGS:-}) 2>&1 | tee "$outdir/infer-tests.log"
 	local itest_rc=${PIPESTATUS[0]}
-	(cd infer && TQ_GPU=1 timeout 70 "$root/$ibin" -test.run '^$' -test.bench GPUDecode -test.benchtime 64x -test.timeout 65s ${GPU_CHECK_TEST_FLAGS:-}) 2>&1 | tee "$outdir/infer-bench.log"
+	(cd infer && TQ_GPU=1 timeout 60 "$root/$ibin" -test.run '^$' -test.bench 'GPUDecode$' -test.benchtime 64x -test.timeout 55s ${GPU_CHECK_TEST_FLAGS:-}) 2>&1 | tee "$outdir/infer-bench.log"
 	local ibench_rc=${PIPESTATUS[0]}
+	(cd infer && TQ_GPU=1 timeout 40 "$root/$ibin" -test.run '^$' -test.bench 'GPUDecodeHybrid$' -test.benchtime 32x -test.timeout 35s ${GPU_CHECK_TEST_FLAGS:-}) 2>&1 | tee -a "$outdir/infer-bench.log"
+	[ "${PIPESTATUS[0]}" -eq 0 ] || ibench_rc=1
 	tqrun 2>&1 | tee "$outdir/tq-run.log"
 	local run_rc=${PIPESTATUS[0]}
 
