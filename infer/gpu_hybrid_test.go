@@ -22,7 +22,7 @@ func TestGPUEmulatedHybrid(t *testing.T) { testGPUHybrid(t, emulatorBackend(t), 
 func TestGPUDeviceHybrid(t *testing.T) {
 	dev := gpuDeviceBackend(t)
 	defer dev.Close()
-	testGPUHybrid(t, dev, false)
+	testGPUHybrid(t, dev, testing.Short())
 }
 
 func testGPUHybrid(t *testing.T, dev cuda.Backend, short bool) {

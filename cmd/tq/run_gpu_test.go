@@ -188,8 +188,8 @@ func TestDashNGL(t *testing.T) {
 }
 
 // TestRunGPUEmulatorHybrid runs the trained Qwen3.5 MoE model converted with --use-turboquant
-// (Q4_K, Q8_0, F16) through tq run on the emulator. Everything and the LM head on the device,
-// and -ngl 3 --n-cpu-moe 2 (one DeltaNet block on the CPU; the gated-attention block and two
+// (Q4_K, Q8_0, F16) through tq run on the emulator. Everything and the LM head on the device
+// (given, and planned for the emulator's free memory), and -ngl 3 --n-cpu-moe 2 (one DeltaNet block on the CPU; the gated-attention block and two
 // DeltaNet blocks on the device, the routed experts of one of them on the host), give the same
 // greedy text as the CPU FullPrecision run. With --cpu-moe only the placement is checked: the
 // host experts round their activations to q8 first (the CPU's default numerics, as llama.cpp),
@@ -217,9 +217,10 @@ func TestRunGPUEmulatorHybrid(t *testing.T) {
 		{5, 0, false, true, "4 of 4 blocks + LM head on the GPU (-ngl 5), experts of 0 of them on the CPU"},
 		{3, 2, false, true, "3 of 4 blocks on the GPU (-ngl 3), experts of 1 of them on the CPU"},
 		{5, 0, true, false, "4 of 4 blocks + LM head on the GPU (-ngl 5), experts of 4 of them on the CPU"},
+		{-1, 0, false, true, "4 of 4 blocks + LM head on the GPU (-ngl 5), experts of 0 of them on the CPU, 5.34 MiB of weights uploaded; planned for the free device memory"},
 	} {
 		o := plain()
-		o.ngl, o.nglSet, o.nCPUMoE, o.cpuMoE = c.ngl, true, c.nCPUMoE, c.cpuMoE
+		o.ngl, o.nglSet, o.nCPUMoE, o.cpuMoE = c.ngl, c.ngl >= 0, c.nCPUMoE, c.cpuMoE
 		stdout, stderr, err := runCapture(t, model, o)
 		if err != nil {
 			t.Fatalf("%v\n%s", err, stderr)
