@@ -5,7 +5,9 @@ package infer
 // host (MoERoute: softmax over all experts, top-k, weights renormalised with the 6.1e-5 floor, as
 // moeFFN.forward computes them). The selected experts then run where their weights live: on the
 // device (gather the routed rows, SwiGLU expert, scatter into per-slot rows, weighted combination
-// in slot order) or, for CPUMoE blocks, on the host with the rows read back.
+// in slot order) or, for CPUMoE blocks, on the host with the rows read back. A single token
+// (decode) with its experts on the device never leaves it: MoERouteDevice, MatMulExperts per
+// projection, MoECombineDevice.
 func (s *Session) gpuMoE(ops *devOps, ds *gpuSession, b *gpuBlock, il, T int) {
 	c := s.m.cfg
 	f := b.moe
@@ -13,6 +15,18 @@ func (s *Session) gpuMoE(ops *devOps, ds *gpuSession, b *gpuBlock, il, T int) {
 	E, nE, k := c.NEmbd, f.nExpert, f.nUsed
 	sel, wts := ds.sel[:T*k], ds.wts[:T*k]
 	ops.do(func() error { return be.MatMul(ds.logits, b.router, 0, ds.h, T) })
+	if b.gateExp != nil && T == 1 {
+		// One token (decode): the routing stays on the device and one launch per projection runs
+		// every routed expert; each expert's weights are read once, as in the loop below.
+		nff := b.gateExp.Rows
+		ops.do(func() error { return be.MoERouteDevice(ds.logits, T, nE, k, true, ds.selD, ds.wtsD) })
+		ops.do(func() error { return be.MatMulExperts(ds.g, b.gateExp, ds.h, ds.selD, T*k, k) })
+		ops.do(func() error { return be.MatMulExperts(ds.u, b.upExp, ds.h, ds.selD, T*k, k) })
+		ops.do(func() error { return be.SwiGLU(ds.g, ds.u, T*k*nff) })
+		ops.do(func() error { return be.MatMulExperts(ds.slot, b.downEx, ds.g, ds.selD, T*k, 1) })
+		ops.do(func() error { return be.MoECombineDevice(ds.tmp, ds.slot, ds.wtsD, T, k, E) })
+		return
+	}
 	ops.do(func() error { return be.MoERoute(ds.logits, T, nE, k, true, sel, wts) })
 	if ops.err != nil {
 		return

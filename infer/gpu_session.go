@@ -18,6 +18,7 @@ type gpuSession struct {
 	g, u                    cuda.Buffer // FFN intermediates (dense width, or expert width × rows)
 	logits                  cuda.Buffer // MoE router logits
 	xe, ye, slot            cuda.Buffer // MoE: gathered rows, expert output, per-(token, slot) outputs
+	selD, wtsD              cuda.Buffer // MoE: the routing left on the device (fused decode path)
 	hh, lg                  cuda.Buffer // LM head: normalised rows and their logits (headRows rows)
 	bufs                    []cuda.Buffer
 
@@ -157,11 +158,16 @@ func (ds *gpuSession) grow(m *Model, T int) error {
 	ds.x, ds.h, ds.tmp = alloc(T*E), alloc(T*E), alloc(T*E)
 	ds.q, ds.att = alloc(T*c.QDim()), alloc(T*c.QDim())
 	ds.k, ds.v = alloc(T*c.KVDim()), alloc(T*c.KVDim())
-	ds.g, ds.u = alloc(T*ff), alloc(T*ff)
+	rowsFF := T
+	if moe {
+		rowsFF = max(T, c.NExpertUse) // the fused decode path keeps every slot's expert rows
+	}
+	ds.g, ds.u = alloc(rowsFF*ff), alloc(rowsFF*ff)
 	if moe {
 		k := c.NExpertUse
 		ds.logits = alloc(T * c.NExpert)
 		ds.xe, ds.ye, ds.slot = alloc(T*E), alloc(T*E), alloc(T*k*E)
+		ds.selD, ds.wtsD = alloc(T*k), alloc(T*k)
 		ds.sel = make([]int32, T*k)
 		ds.wts = make([]float32, T*k)
 		ds.tokIdx = make([]int32, 0, T)

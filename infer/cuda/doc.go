@@ -91,6 +91,12 @@ type Backend interface {
 	GatherRows(dst, src Buffer, idx []int32, n int) error
 	ScatterRows(dst, src Buffer, idx []int32, n int) error
 	MoECombine(out, slot Buffer, w []float32, T, k, n int) error
+	// MoERouteDevice, MatMulExperts and MoECombineDevice run the routed experts of a batch
+	// without the host: the selection stays on the device and one launch multiplies every
+	// (token, slot) pair by its expert.
+	MoERouteDevice(logits Buffer, T, nExpert, k int, renorm bool, sel, w Buffer) error
+	MatMulExperts(y Buffer, w *Tensor, x, sel Buffer, npairs, k int) error
+	MoECombineDevice(out, slot, w Buffer, T, k, n int) error
 
 	// Hybrid (qwen35, qwen35moe) blocks: the Gated DeltaNet's convolution (SSMConv), query/key
 	// L2 norms, gates and delta rule with its state, the gated attention's query/gate split and

@@ -77,7 +77,7 @@ const (
 	kSigmoidMul
 	kRowSigmoidScale
 	kZero
-	kMatVecBase // followed by two matvec kernels (t1, t8) per entry of mvTypes
+	kMatVecBase // followed by three matvec kernels (t1, t8, ids) per entry of mvTypes
 )
 
 // Launch constants mirrored from the .cu sources (a test checks them against the #defines).
@@ -130,6 +130,7 @@ func buildKernelTable() []kernelSpec {
 		for _, suffix := range []string{"_t1", "_t8"} {
 			t = append(t, kernelSpec{"tq_mv_" + n + suffix, "matvec", []paramKind{P, P, P, I, I, I}})
 		}
+		t = append(t, kernelSpec{"tq_mv_" + n + "_ids", "matvec", []paramKind{P, P, P, P, I, I, I, I, I}})
 	}
 	return t
 }
@@ -138,11 +139,21 @@ func buildKernelTable() []kernelSpec {
 func matvecKernel(t gguf.GGMLType, batched bool) (kernelID, bool) {
 	for i, mt := range mvTypes {
 		if mt == t {
-			id := kMatVecBase + kernelID(2*i)
+			id := kMatVecBase + kernelID(3*i)
 			if batched {
 				id++
 			}
 			return id, true
+		}
+	}
+	return 0, false
+}
+
+// matvecIDsKernel returns the routed-experts matvec kernel (tq_mv_<type>_ids) for weight type t.
+func matvecIDsKernel(t gguf.GGMLType) (kernelID, bool) {
+	for i, mt := range mvTypes {
+		if mt == t {
+			return kMatVecBase + kernelID(3*i+2), true
 		}
 	}
 	return 0, false

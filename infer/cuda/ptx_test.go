@@ -85,7 +85,7 @@ func TestPTXKernelTable(t *testing.T) {
 func TestPTXParamsMatchSources(t *testing.T) {
 	root := testenv.RepoRoot(t)
 	sig := regexp.MustCompile(`extern "C" __global__ void (tq_\w+)\(([^)]*)\)`)
-	macro := regexp.MustCompile(`extern "C" __global__ void tq_mv_##name##(_t\d)\(([^)]*)\)`)
+	macro := regexp.MustCompile(`extern "C" __global__ void tq_mv_##name##(_t\d|_ids)\(([^)]*)\)`)
 	found := map[string][]paramKind{}
 	for _, m := range modules {
 		b, err := os.ReadFile(filepath.Join(root, "infer", "cuda", "kernels", m+".cu"))

@@ -37,6 +37,7 @@ func runKernelSuite(t *testing.T, d *Device, big bool) {
 	t.Run("Elementwise", func(t *testing.T) { testElementwise(t, d, big) })
 	t.Run("Attention", func(t *testing.T) { testAttention(t, d, big) })
 	t.Run("MoERoute", func(t *testing.T) { testMoERoute(t, d) })
+	t.Run("FusedExperts", func(t *testing.T) { testFusedExperts(t, d) })
 	t.Run("Rows", func(t *testing.T) { testRows(t, d) })
 	t.Run("Hybrid", func(t *testing.T) { testHybrid(t, d, big) })
 	t.Run("Errors", func(t *testing.T) { testErrors(t, d) })

@@ -254,6 +254,20 @@ __device__ __forceinline__ void lane_f32(const u8* w, int n, const float* x, int
 #define TQ_Q6_K 14
 #define TQ_BF16 30
 
+// row_bytes is the size of one row of n elements of TYPE.
+template <int TYPE>
+__device__ __forceinline__ u64 row_bytes(int n) {
+    switch (TYPE) {
+    case TQ_Q4_K: return (u64)(n / 256) * 144;
+    case TQ_Q5_K: return (u64)(n / 256) * 176;
+    case TQ_Q6_K: return (u64)(n / 256) * 210;
+    case TQ_Q8_0: return (u64)(n / 32) * 34;
+    case TQ_Q4_0: return (u64)(n / 32) * 18;
+    case TQ_F32: return (u64)n * 4;
+    default: return (u64)n * 2;
+    }
+}
+
 template <int TYPE, int NT>
 __device__ __forceinline__ void matvec(const u8* TQ_RESTRICT w, const float* TQ_RESTRICT x, float* TQ_RESTRICT y,
                                        int n, int nrows, int T) {
@@ -262,17 +276,7 @@ __device__ __forceinline__ void matvec(const u8* TQ_RESTRICT w, const float* TQ_
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
-    u64 rowBytes;
-    switch (TYPE) {
-    case TQ_Q4_K: rowBytes = (u64)(n / 256) * 144; break;
-    case TQ_Q5_K: rowBytes = (u64)(n / 256) * 176; break;
-    case TQ_Q6_K: rowBytes = (u64)(n / 256) * 210; break;
-    case TQ_Q8_0: rowBytes = (u64)(n / 32) * 34; break;
-    case TQ_Q4_0: rowBytes = (u64)(n / 32) * 18; break;
-    case TQ_F32: rowBytes = (u64)n * 4; break;
-    default: rowBytes = (u64)n * 2; break;
-    }
-    const u8* wr = w + (u64)row * rowBytes;
+    const u8* wr = w + (u64)row * row_bytes<TYPE>(n);
     switch (TYPE) {
     case TQ_Q4_K: lane_q4_k<NT>(wr, n / 256, x, n, T, acc); break;
     case TQ_Q5_K: lane_q5_k<NT>(wr, n / 256, x, n, T, acc); break;
@@ -292,6 +296,26 @@ __device__ __forceinline__ void matvec(const u8* TQ_RESTRICT w, const float* TQ_
     }
 }
 
+// matvec_ids: the routed experts of a batch in one launch. Pair p = blockIdx.y (token p/k, slot
+// p mod k) multiplies expert sel[p] of the stacked matrices w (nexp matrices of nrows rows) by
+// activation row p/k of x: y[p*nrows + row] = W[sel[p]] · x[p/k]. An expert index outside
+// [0, nexp) (the router's -1 for non-finite logits) gives 0. Launch: grid = (ceil(nrows /
+// MV_WARPS), npairs), block = 32*MV_WARPS.
+template <int TYPE>
+__device__ __forceinline__ void matvec_ids(const u8* TQ_RESTRICT w, const float* TQ_RESTRICT x, float* TQ_RESTRICT y,
+                                           const int* sel, int n, int nrows, int nexp, int k, int npairs) {
+    const int p = blockIdx.y;
+    if (p >= npairs) return; // uniform for the block
+    const int e = sel[p];
+    float* yp = y + (u64)p * nrows;
+    if (e < 0 || e >= nexp) {
+        const int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+        if (row < nrows && (threadIdx.x & 31) == 0) yp[row] = 0.0f;
+        return;
+    }
+    matvec<TYPE, 1>(w + (u64)e * nrows * row_bytes<TYPE>(n), x + (u64)(p / k) * n, yp, n, nrows, 1);
+}
+
 #define TQ_MV(name, TYPE)                                                                               \
     extern "C" __global__ void tq_mv_##name##_t1(const u8* w, const float* x, float* y, int n, int nrows, \
                                                  int T) {                                               \
@@ -300,6 +324,10 @@ __device__ __forceinline__ void matvec(const u8* TQ_RESTRICT w, const float* TQ_
     extern "C" __global__ void tq_mv_##name##_t8(const u8* w, const float* x, float* y, int n, int nrows, \
                                                  int T) {                                               \
         matvec<TYPE, MV_MAX_T>(w, x, y, n, nrows, T);                                                   \
+    }                                                                                                   \
+    extern "C" __global__ void tq_mv_##name##_ids(const u8* w, const float* x, float* y, const int* sel, int n, \
+                                                  int nrows, int nexp, int k, int npairs) {             \
+        matvec_ids<TYPE>(w, x, y, sel, n, nrows, nexp, k, npairs);                                      \
     }
 
 TQ_MV(f32, TQ_F32)
