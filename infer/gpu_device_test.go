@@ -1,6 +1,7 @@
 package infer
 
 import (
+	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -94,32 +95,15 @@ func TestGPUDeviceMatchesCPU(t *testing.T) {
 			if errs[i] != nil {
 				t.Fatal(errs[i])
 			}
-			src := srcs[i]
-			prompt := randTokens(7, nPrompt, tc.spec.Vocab)
-			steps := randTokens(8, nSteps, tc.spec.Vocab)
-			load := func(o Options) *Model {
-				o.CtxSize = 256
-				o.CacheTypeK, o.CacheTypeV = tc.cacheK, tc.cacheV
-				m, err := Load(src, o)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { m.Close() })
-				return m
+			base := Options{CtxSize: 256, CacheTypeK: tc.cacheK, CacheTypeV: tc.cacheV}
+			r := compareDevice(t, srcs[i], base, Options{Backend: dev, GPULayers: tc.gpuLayers, CPUMoE: tc.cpuMoE},
+				randTokens(7, nPrompt, tc.spec.Vocab), randTokens(8, nSteps, tc.spec.Vocab), nGreedy, gpuTolDevice)
+			t.Logf("%s: %s", tc.name, r)
+			if r.dFull > gpuTolDevice {
+				t.Errorf("device vs CPU FullPrecision: max |Δp| %.3e > %.0e", r.dFull, gpuTolDevice)
 			}
-			cpuFull := load(Options{FullPrecision: true})
-			cpuDef := load(Options{})
-			gm := load(Options{Backend: dev, GPULayers: tc.gpuLayers, CPUMoE: tc.cpuMoE, FullPrecision: true})
-			rf, rd, rg := evalScript(t, cpuFull, prompt, steps), evalScript(t, cpuDef, prompt, steps), evalScript(t, gm, prompt, steps)
-			dFull, dDef := maxProbDiff(rg, rf), maxProbDiff(rg, rd)
-			same := compareGreedy(t, cpuFull, gm, prompt, nGreedy, gpuTolDevice)
-			t.Logf("%s: placement %+v; max|Δp| vs CPU full precision %.2e, vs CPU default %.2e; greedy: %d/%d tokens identical",
-				tc.name, gm.GPUPlacement(), dFull, dDef, same, nGreedy)
-			if dFull > gpuTolDevice {
-				t.Errorf("device vs CPU FullPrecision: max |Δp| %.3e > %.0e", dFull, gpuTolDevice)
-			}
-			if dDef > gpuTolDefault {
-				t.Errorf("device vs CPU default: max |Δp| %.3e > %.0e", dDef, gpuTolDefault)
+			if r.dDef > gpuTolDefault {
+				t.Errorf("device vs CPU default: max |Δp| %.3e > %.0e", r.dDef, gpuTolDefault)
 			}
 		})
 	}
@@ -151,29 +135,10 @@ func randomSource(sh benchShape, typ, head gguf.GGMLType) *MapSource {
 	s.Metadata[a+".attention.layer_norm_rms_epsilon"] = 1e-6
 	r := rand.New(rand.NewPCG(3, 4))
 	add := func(name string, t gguf.GGMLType, dims ...int64) {
-		rows := int64(1)
-		for _, d := range dims[1:] {
-			rows *= d
-		}
-		rb, err := t.RowBytes(dims[0])
-		if err != nil {
-			panic(err)
-		}
-		data := make([]byte, rb*rows)
+		data := randomWeightBytes(r, t, dims)
 		if t == gguf.TypeF32 {
 			for i := range data {
-				if i%4 == 3 {
-					data[i] = 0x3f // 1.0 (norm weights)
-				} else if i%4 == 2 {
-					data[i] = 0x80
-				}
-			}
-		} else {
-			for i := 0; i+8 <= len(data); i += 8 {
-				v := r.Uint64() & 0x2b7f2b7f2b7f2b7f // every 16-bit word below 2^-4 in magnitude as f16
-				for j := range 8 {
-					data[i+j] = byte(v >> (8 * j))
-				}
+				data[i] = [4]byte{0, 0, 0x80, 0x3f}[i%4] // 1.0 (norm weights)
 			}
 		}
 		s.Add(&Tensor{Name: name, Type: t, Dims: dims, Data: data})
@@ -195,6 +160,25 @@ func randomSource(sh benchShape, typ, head gguf.GGMLType) *MapSource {
 		add(n("ffn_down.weight"), typ, int64(sh.FF), E)
 	}
 	return s
+}
+
+// randomWeightBytes returns the bytes of a tensor of type t and ggml dims with random content
+// whose every 16-bit word is below 2^-4 in magnitude as an f16 (so block scales are small and
+// finite): only the speed of a forward pass is measured, not its output.
+func randomWeightBytes(r *rand.Rand, t gguf.GGMLType, dims []int64) []byte {
+	rows := int64(1)
+	for _, d := range dims[1:] {
+		rows *= d
+	}
+	rb, err := t.RowBytes(dims[0])
+	if err != nil {
+		panic(err)
+	}
+	data := make([]byte, rb*rows)
+	for i := 0; i+8 <= len(data); i += 8 {
+		binary.LittleEndian.PutUint64(data[i:], r.Uint64()&0x2b7f2b7f2b7f2b7f)
+	}
+	return data
 }
 
 // copyBandwidth measures the device's copy bandwidth in GB/s (bytes read plus written).
@@ -228,89 +212,93 @@ func copyBandwidth(b *testing.B, d *cuda.Device) float64 {
 	return reps * 2 * float64(n) * 4 / time.Since(start).Seconds() / 1e9
 }
 
-// decodeBench is the state BenchmarkGPUDecode keeps across its runs (the testing package calls
-// it once with b.N = 1 before the real run).
-var decodeBench struct {
+// decodeBenchState is what a device decode benchmark keeps across its runs (the testing package
+// calls it once with b.N = 1 before the real run).
+type decodeBenchState struct {
 	once       sync.Once
-	dev        *cuda.Device
 	gm         *Model
 	s          *Session
-	prompt     int
+	prompt     []int32
 	promptTokS float64
 	cpuTokS    float64
 	copyGBs    float64
-	bytes      int64
+	bytes      int64 // weight bytes one decode token reads on the device
 	err        error
 }
 
-// BenchmarkGPUDecode measures single-token decode with every block and the LM head on the
-// device: tokens/s, weight bytes read per token over the time (GB/s), that as a percentage of
-// the device copy bandwidth, and the speed-up over the CPU decoding the same model in the same
-// process; prompt processing (128 tokens in one batch) is reported as prompt-tok/s.
-func BenchmarkGPUDecode(b *testing.B) {
-	if os.Getenv("TQ_GPU") != "1" {
-		b.Skip("device benchmark: set TQ_GPU=1 to run it on a CUDA GPU")
-	}
-	st := &decodeBench
+// setup builds the model once (mk returns its source, vocabulary size, block count and a function
+// giving the weight bytes one token reads from the loaded model), measures the device copy
+// bandwidth and the CPU's decode speed on it (4 timed steps after a 16-token prompt), loads it
+// with every block and the LM head on the device, and times a prompt of 128 tokens (16 with
+// -test.short) in one batch.
+func (st *decodeBenchState) setup(b *testing.B, mk func() (src Source, vocab, layers int, bytes func(*Model) int64)) {
 	st.once.Do(func() {
-		st.dev = gpuDeviceBackend(b)
-		sh := decodeBenchShape()
-		src := randomSource(sh, gguf.TypeQ4_K, gguf.TypeQ6_K)
-		st.copyGBs = copyBandwidth(b, st.dev)
-		st.prompt = 128
+		src, vocab, layers, bytes := mk()
+		dev := gpuDeviceBackend(b)
+		st.copyGBs = copyBandwidth(b, dev)
+		n := 128
 		if testing.Short() {
-			st.prompt = 16
+			n = 16
 		}
-		prompt := randTokens(5, st.prompt, sh.V)
-		// CPU baseline: a 16-token prompt, then 4 timed decode steps
+		st.prompt = randTokens(5, n, vocab)
 		cpu, err := Load(src, Options{CtxSize: 64})
 		if err != nil {
 			st.err = err
 			return
 		}
 		cs, _ := cpu.NewSession()
-		if _, err := cs.Eval(prompt[:16], LogitsNone); err != nil {
+		if _, err := cs.Eval(st.prompt[:16], LogitsNone); err != nil {
 			st.err = err
 			return
 		}
 		start := time.Now()
 		for i := range 4 {
-			if _, err := cs.Eval(prompt[i:i+1], LogitsLast); err != nil {
+			if _, err := cs.Eval(st.prompt[i:i+1], LogitsLast); err != nil {
 				st.err = err
 				return
 			}
 		}
 		st.cpuTokS = 4 / time.Since(start).Seconds()
 		cpu.Close()
-
-		st.gm, err = Load(src, Options{CtxSize: 1024, Backend: st.dev, GPULayers: sh.L + 1})
+		st.gm, err = Load(src, Options{CtxSize: 1024, Backend: dev, GPULayers: layers + 1})
 		if err != nil {
 			st.err = err
 			return
 		}
-		st.bytes = st.gm.GPUPlacement().WeightBytes
+		st.bytes = bytes(st.gm)
 		st.s, _ = st.gm.NewSession()
-		if _, err := st.s.Eval(prompt, LogitsLast); err != nil { // warm-up: allocates the buffers
+		if _, err := st.s.Eval(st.prompt, LogitsLast); err != nil { // warm-up: allocates the buffers
 			st.err = err
 			return
 		}
 		st.s.Reset()
 		start = time.Now()
-		if _, err := st.s.Eval(prompt, LogitsLast); err != nil {
+		if _, err := st.s.Eval(st.prompt, LogitsLast); err != nil {
 			st.err = err
 			return
 		}
-		st.promptTokS = float64(st.prompt) / time.Since(start).Seconds()
+		st.promptTokS = float64(len(st.prompt)) / time.Since(start).Seconds()
 	})
 	if st.err != nil {
 		b.Fatal(st.err)
 	}
+}
+
+// run times b.N single-token decode steps and reports tokens/s, the weight GB/s they read, that
+// as a percentage of the copy bandwidth, the speed-up over the CPU and the prompt speed. A full
+// context starts again from the prompt, outside the timer (a recurrent state rolls back only to 0).
+func (st *decodeBenchState) run(b *testing.B) {
 	s := st.s
 	tok := []int32{1}
 	b.ResetTimer()
 	for i := range b.N {
 		if s.Pos() >= s.CtxSize() {
-			s.Truncate(st.prompt)
+			b.StopTimer()
+			s.Reset()
+			if _, err := s.Eval(st.prompt, LogitsNone); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
 		}
 		tok[0] = int32(i % 200)
 		if _, err := s.Eval(tok, LogitsLast); err != nil {
@@ -326,8 +314,26 @@ func BenchmarkGPUDecode(b *testing.B) {
 	b.ReportMetric(tokS/st.cpuTokS, "x-cpu")
 	b.ReportMetric(st.promptTokS, "prompt-tok/s")
 	b.ReportMetric(st.cpuTokS, "cpu-tok/s")
-	b.ReportMetric(float64(st.bytes)/(1<<20), "MiB-weights")
+	b.ReportMetric(float64(st.gm.GPUPlacement().WeightBytes)/(1<<20), "MiB-weights")
+	b.ReportMetric(float64(st.bytes)/(1<<20), "MiB-per-token")
 	if math.IsNaN(gbs) {
 		b.Fatal("no time measured")
 	}
+}
+
+var decodeBench decodeBenchState
+
+// BenchmarkGPUDecode measures single-token decode with every block and the LM head on the
+// device: tokens/s, weight bytes read per token over the time (GB/s), that as a percentage of
+// the device copy bandwidth, and the speed-up over the CPU decoding the same model in the same
+// process; prompt processing (128 tokens in one batch) is reported as prompt-tok/s.
+func BenchmarkGPUDecode(b *testing.B) {
+	if os.Getenv("TQ_GPU") != "1" {
+		b.Skip("device benchmark: set TQ_GPU=1 to run it on a CUDA GPU")
+	}
+	decodeBench.setup(b, func() (Source, int, int, func(*Model) int64) {
+		sh := decodeBenchShape()
+		return randomSource(sh, gguf.TypeQ4_K, gguf.TypeQ6_K), sh.V, sh.L, func(m *Model) int64 { return m.GPUPlacement().WeightBytes }
+	})
+	decodeBench.run(b)
 }

@@ -6,9 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/tq-project/tq/gguf"
 )
@@ -49,20 +47,7 @@ func randomHybridSource(sh hybridBenchShape) *MapSource {
 	s.Metadata[a+".rope.dimension_sections"] = []int32{11, 11, 10, 0}
 	r := rand.New(rand.NewPCG(3, 4))
 	add := func(name string, t gguf.GGMLType, dims ...int64) {
-		rows := int64(1)
-		for _, d := range dims[1:] {
-			rows *= d
-		}
-		rb, err := t.RowBytes(dims[0])
-		if err != nil {
-			panic(err)
-		}
-		data := make([]byte, rb*rows)
-		for i := 0; i+8 <= len(data); i += 8 {
-			v := r.Uint64() & 0x2b7f2b7f2b7f2b7f // every 16-bit word below 2^-4 in magnitude as f16
-			binary.LittleEndian.PutUint64(data[i:], v)
-		}
-		s.Add(&Tensor{Name: name, Type: t, Dims: dims, Data: data})
+		s.Add(&Tensor{Name: name, Type: t, Dims: dims, Data: randomWeightBytes(r, t, dims)})
 	}
 	vec := func(name string, v float32, n int64, dims ...int64) {
 		data := make([]byte, 4*n)
@@ -128,17 +113,7 @@ func activeBytes(s *MapSource, nUsed, nExpert int) int64 {
 	return int64(n)
 }
 
-var hybridDecodeBench struct {
-	once       sync.Once
-	gm         *Model
-	s          *Session
-	prompt     []int32
-	promptTokS float64
-	cpuTokS    float64
-	copyGBs    float64
-	bytes      int64
-	err        error
-}
+var hybridDecodeBench decodeBenchState
 
 // BenchmarkGPUDecodeHybrid is BenchmarkGPUDecode for the Qwen3.5/3.6 hybrid (qwen35moe, the
 // turboquant file's types): single-token decode with every block and the LM head on the device;
@@ -148,87 +123,11 @@ func BenchmarkGPUDecodeHybrid(b *testing.B) {
 	if os.Getenv("TQ_GPU") != "1" {
 		b.Skip("device benchmark: set TQ_GPU=1 to run it on a CUDA GPU")
 	}
-	st := &hybridDecodeBench
-	st.once.Do(func() {
-		dev := gpuDeviceBackend(b)
+	hybridDecodeBench.setup(b, func() (Source, int, int, func(*Model) int64) {
 		sh := hybridBenchShapeFor(testing.Short())
 		src := randomHybridSource(sh)
-		st.bytes = activeBytes(src, sh.NU, sh.NE)
-		st.copyGBs = copyBandwidth(b, dev)
-		n := 128
-		if testing.Short() {
-			n = 16
-		}
-		st.prompt = randTokens(5, n, sh.V)
-		cpu, err := Load(src, Options{CtxSize: 64})
-		if err != nil {
-			st.err = err
-			return
-		}
-		cs, _ := cpu.NewSession()
-		if _, err := cs.Eval(st.prompt[:16], LogitsNone); err != nil {
-			st.err = err
-			return
-		}
-		start := time.Now()
-		for i := range 4 {
-			if _, err := cs.Eval(st.prompt[i:i+1], LogitsLast); err != nil {
-				st.err = err
-				return
-			}
-		}
-		st.cpuTokS = 4 / time.Since(start).Seconds()
-		cpu.Close()
-		st.gm, err = Load(src, Options{CtxSize: 1024, Backend: dev, GPULayers: sh.L + 1})
-		if err != nil {
-			st.err = err
-			return
-		}
-		st.s, _ = st.gm.NewSession()
-		if _, err := st.s.Eval(st.prompt, LogitsLast); err != nil { // warm-up: allocates the buffers
-			st.err = err
-			return
-		}
-		st.s.Reset()
-		start = time.Now()
-		if _, err := st.s.Eval(st.prompt, LogitsLast); err != nil {
-			st.err = err
-			return
-		}
-		st.promptTokS = float64(len(st.prompt)) / time.Since(start).Seconds()
+		active := activeBytes(src, sh.NU, sh.NE)
+		return src, sh.V, sh.L, func(*Model) int64 { return active }
 	})
-	if st.err != nil {
-		b.Fatal(st.err)
-	}
-	s := st.s
-	tok := []int32{1}
-	b.ResetTimer()
-	for i := range b.N {
-		if s.Pos() >= s.CtxSize() { // a recurrent state rolls back only to 0
-			b.StopTimer()
-			s.Reset()
-			if _, err := s.Eval(st.prompt, LogitsNone); err != nil {
-				b.Fatal(err)
-			}
-			b.StartTimer()
-		}
-		tok[0] = int32(i % 200)
-		if _, err := s.Eval(tok, LogitsLast); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.StopTimer()
-	tokS := float64(b.N) / b.Elapsed().Seconds()
-	gbs := float64(st.bytes) * tokS / 1e9
-	b.ReportMetric(tokS, "tok/s")
-	b.ReportMetric(gbs, "GB/s")
-	b.ReportMetric(100*gbs/st.copyGBs, "%copy-bw")
-	b.ReportMetric(tokS/st.cpuTokS, "x-cpu")
-	b.ReportMetric(st.promptTokS, "prompt-tok/s")
-	b.ReportMetric(st.cpuTokS, "cpu-tok/s")
-	b.ReportMetric(float64(st.gm.GPUPlacement().WeightBytes)/(1<<20), "MiB-weights")
-	b.ReportMetric(float64(st.bytes)/(1<<20), "MiB-per-token")
-	if math.IsNaN(gbs) {
-		b.Fatal("no time measured")
-	}
+	hybridDecodeBench.run(b)
 }

@@ -70,22 +70,10 @@ func testGPUHybrid(t *testing.T, dev cuda.Backend, short bool) {
 				t.Cleanup(func() { g.Close() })
 				src = g
 			}
-			prompt := randTokens(7, 12, 1400)
-			steps := randTokens(8, 4, 1400)
-			load := func(o Options) *Model {
-				o.Threads, o.CtxSize, o.BatchSize = 2, 64, tc.batch
-				o.CacheTypeK, o.CacheTypeV = tc.cache, tc.cache
-				m, err := Load(src, o)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { m.Close() })
-				return m
-			}
-			cpuFull := load(Options{FullPrecision: true})
-			cpuDef := load(Options{})
-			gm := load(Options{Backend: dev, GPULayers: tc.gpuLayers, CPUMoE: tc.cpuMoE, FullPrecision: true})
-			p := gm.GPUPlacement()
+			base := Options{Threads: 2, CtxSize: 64, BatchSize: tc.batch, CacheTypeK: tc.cache, CacheTypeV: tc.cache}
+			r := compareDevice(t, src, base, Options{Backend: dev, GPULayers: tc.gpuLayers, CPUMoE: tc.cpuMoE},
+				randTokens(7, 12, 1400), randTokens(8, 4, 1400), 16, gpuTolFull)
+			p := r.placement
 			nl := 4
 			wantCPUMoE := 0
 			if tc.arch == "qwen35moe" {
@@ -95,21 +83,17 @@ func testGPUHybrid(t *testing.T, dev cuda.Backend, short bool) {
 				p.CPUMoE != wantCPUMoE || p.WeightBytes <= 0 {
 				t.Fatalf("placement %+v (want %d CPU-expert blocks)", p, wantCPUMoE)
 			}
-			rf, rd, rg := evalScript(t, cpuFull, prompt, steps), evalScript(t, cpuDef, prompt, steps), evalScript(t, gm, prompt, steps)
-			dFull, dDef, cpuGap := maxProbDiff(rg, rf), maxProbDiff(rg, rd), maxProbDiff(rf, rd)
-			same := compareGreedy(t, cpuFull, gm, prompt, 16, gpuTolFull)
-			t.Logf("%s: placement %+v; max|Δp| vs CPU full precision %.2e, vs CPU default %.2e (CPU full vs default %.2e); greedy: %d/16 tokens identical",
-				tc.name, p, dFull, dDef, cpuGap, same)
-			if dFull > gpuTolFull {
-				t.Errorf("device vs CPU FullPrecision: max |Δp| %.3e > %.0e", dFull, gpuTolFull)
+			t.Logf("%s: %s", tc.name, r)
+			if r.dFull > gpuTolFull {
+				t.Errorf("device vs CPU FullPrecision: max |Δp| %.3e > %.0e", r.dFull, gpuTolFull)
 			}
 			// With quantized weights the CPU's default run rounds every activation to q8_0/q8_K
 			// first, and on these random-weight fixtures the recurrent state carries that far
 			// (the CPU's two modes differ by up to 0.96 in one probability with the turboquant
 			// file): the device, which computes the FullPrecision products, may be as far from the
 			// default run as the CPU's own FullPrecision run is, plus gpuTolFull.
-			if lim := max(gpuTolDefault, cpuGap+gpuTolFull); dDef > lim {
-				t.Errorf("device vs CPU default: max |Δp| %.3e > %.3e", dDef, lim)
+			if lim := max(gpuTolDefault, r.cpuGap+gpuTolFull); r.dDef > lim {
+				t.Errorf("device vs CPU default: max |Δp| %.3e > %.3e", r.dDef, lim)
 			}
 		})
 	}

@@ -2,6 +2,7 @@ package infer
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -185,41 +186,62 @@ func TestGPUEmulatedMatchesCPU(t *testing.T) {
 	for _, tc := range gpuCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			src := buildSource(t, tc.spec)
-			prompt := randTokens(7, 12, tc.spec.Vocab)
-			steps := randTokens(8, 4, tc.spec.Vocab)
-			load := func(o Options) *Model {
-				o.Threads, o.CtxSize, o.BatchSize = 2, 64, tc.batch
-				o.CacheTypeK, o.CacheTypeV = tc.cacheK, tc.cacheV
-				m, err := Load(src, o)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { m.Close() })
-				return m
-			}
-			cpuFull := load(Options{FullPrecision: true})
-			cpuDef := load(Options{})
-			// FullPrecision also for the CPU parts of the hybrid run (CPU blocks, host experts, a
-			// host LM head), so that the tight comparison measures the device alone.
-			gm := load(Options{Backend: dev, GPULayers: tc.gpuLayers, CPUMoE: tc.cpuMoE, FullPrecision: true})
-			p := gm.GPUPlacement()
+			base := Options{Threads: 2, CtxSize: 64, BatchSize: tc.batch, CacheTypeK: tc.cacheK, CacheTypeV: tc.cacheV}
+			r := compareDevice(t, src, base, Options{Backend: dev, GPULayers: tc.gpuLayers, CPUMoE: tc.cpuMoE},
+				randTokens(7, 12, tc.spec.Vocab), randTokens(8, 4, tc.spec.Vocab), 16, gpuTolFull)
+			p := r.placement
 			wantFirst := max(0, tc.spec.Layers-tc.gpuLayers)
 			if p.First != wantFirst || p.OutputOnGPU != (tc.gpuLayers > tc.spec.Layers) || p.WeightBytes <= 0 {
 				t.Fatalf("placement %+v", p)
 			}
-			rf, rd, rg := evalScript(t, cpuFull, prompt, steps), evalScript(t, cpuDef, prompt, steps), evalScript(t, gm, prompt, steps)
-			dFull, dDef := maxProbDiff(rg, rf), maxProbDiff(rg, rd)
-			same := compareGreedy(t, cpuFull, gm, prompt, 16, gpuTolFull)
-			t.Logf("%s: placement %+v; max|Δp| vs CPU full precision %.2e, vs CPU default %.2e; greedy: %d/16 tokens identical",
-				tc.name, p, dFull, dDef, same)
-			if dFull > gpuTolFull {
-				t.Errorf("device vs CPU FullPrecision: max |Δp| %.3e > %.0e", dFull, gpuTolFull)
+			t.Logf("%s: %s", tc.name, r)
+			if r.dFull > gpuTolFull {
+				t.Errorf("device vs CPU FullPrecision: max |Δp| %.3e > %.0e", r.dFull, gpuTolFull)
 			}
-			if dDef > gpuTolDefault {
-				t.Errorf("device vs CPU default: max |Δp| %.3e > %.0e", dDef, gpuTolDefault)
+			if r.dDef > gpuTolDefault {
+				t.Errorf("device vs CPU default: max |Δp| %.3e > %.0e", r.dDef, gpuTolDefault)
 			}
 		})
 	}
+}
+
+// deviceComparison is one model evaluated three ways: on the CPU with FullPrecision, on the CPU
+// with its default numerics, and with device blocks.
+type deviceComparison struct {
+	placement           GPUPlacement
+	dFull, dDef, cpuGap float64 // max |Δp|: device vs CPU FullPrecision, device vs CPU default, CPU FullPrecision vs default
+	same, greedy        int     // leading greedy tokens identical to the CPU FullPrecision run, of greedy
+}
+
+func (r deviceComparison) String() string {
+	return fmt.Sprintf("placement %+v; max|Δp| vs CPU full precision %.2e, vs CPU default %.2e (CPU full vs default %.2e); greedy: %d/%d tokens identical",
+		r.placement, r.dFull, r.dDef, r.cpuGap, r.same, r.greedy)
+}
+
+// compareDevice loads src three times with base's options (the CPU in FullPrecision, the CPU by
+// default, and with gpu's Backend, GPULayers and CPUMoE in FullPrecision, so that the CPU parts
+// of the hybrid run compute the same products and the tight comparison measures the device
+// alone), evaluates prompt (all logits) then steps one at a time on each (evalScript), and
+// compares nGreedy-token greedy continuations of the device run with the CPU FullPrecision one
+// (compareGreedy with tolerance tol).
+func compareDevice(t *testing.T, src Source, base, gpu Options, prompt, steps []int32, nGreedy int, tol float64) deviceComparison {
+	t.Helper()
+	load := func(o Options) *Model {
+		o.Threads, o.CtxSize, o.BatchSize = base.Threads, base.CtxSize, base.BatchSize
+		o.CacheTypeK, o.CacheTypeV = base.CacheTypeK, base.CacheTypeV
+		m, err := Load(src, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		return m
+	}
+	cpuFull := load(Options{FullPrecision: true})
+	cpuDef := load(Options{})
+	gm := load(Options{Backend: gpu.Backend, GPULayers: gpu.GPULayers, CPUMoE: gpu.CPUMoE, FullPrecision: true})
+	rf, rd, rg := evalScript(t, cpuFull, prompt, steps), evalScript(t, cpuDef, prompt, steps), evalScript(t, gm, prompt, steps)
+	return deviceComparison{placement: gm.GPUPlacement(), dFull: maxProbDiff(rg, rf), dDef: maxProbDiff(rg, rd),
+		cpuGap: maxProbDiff(rf, rd), same: compareGreedy(t, cpuFull, gm, prompt, nGreedy, tol), greedy: nGreedy}
 }
 
 // TestGPUEmulatedSessions checks the device KV cache positions: Truncate and Reset only move

@@ -15,13 +15,7 @@ import (
 // (int32 bit patterns; -1 where a token's logits are not finite) and w their weights.
 func (d *Device) MoERouteDevice(logits Buffer, T, nExpert, k int, renorm bool, sel, w Buffer) error {
 	const op = "MoERouteDevice"
-	if err := checkPositive(op, T, nExpert, k); err != nil {
-		return err
-	}
-	if nExpert > moeMaxExperts || k > min(nExpert, moeMaxK) || T > maxGridX {
-		return fmt.Errorf("cuda: %s: %d experts, top %d (at most %d experts, top %d)", op, nExpert, k, moeMaxExperts, moeMaxK)
-	}
-	if err := need(op, "logits", logits, int64(T)*int64(nExpert)); err != nil {
+	if err := checkRoute(op, logits, T, nExpert, k); err != nil {
 		return err
 	}
 	if err := need(op, "sel", sel, int64(T)*int64(k)); err != nil {

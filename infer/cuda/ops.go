@@ -271,13 +271,7 @@ func (d *Device) Attention(out, q Buffer, c *KVCache, layer, pos0, T, nHead, nHe
 // llama.cpp's 6.103515625e-5 floor on the sum).
 func (d *Device) MoERoute(logits Buffer, T, nExpert, k int, renorm bool, sel []int32, w []float32) error {
 	const op = "MoERoute"
-	if err := checkPositive(op, T, nExpert, k); err != nil {
-		return err
-	}
-	if nExpert > moeMaxExperts || k > min(nExpert, moeMaxK) || T > maxGridX {
-		return fmt.Errorf("cuda: %s: %d experts, top %d (at most %d experts, top %d)", op, nExpert, k, moeMaxExperts, moeMaxK)
-	}
-	if err := need(op, "logits", logits, int64(T)*int64(nExpert)); err != nil {
+	if err := checkRoute(op, logits, T, nExpert, k); err != nil {
 		return err
 	}
 	nk := T * k
@@ -314,6 +308,17 @@ func (d *Device) MoERoute(logits Buffer, T, nExpert, k int, renorm bool, sel []i
 		}
 	}
 	return nil
+}
+
+// checkRoute checks the shape of a routing call (MoERoute, MoERouteDevice).
+func checkRoute(op string, logits Buffer, T, nExpert, k int) error {
+	if err := checkPositive(op, T, nExpert, k); err != nil {
+		return err
+	}
+	if nExpert > moeMaxExperts || k > min(nExpert, moeMaxK) || T > maxGridX {
+		return fmt.Errorf("cuda: %s: %d experts, top %d (at most %d experts, top %d)", op, nExpert, k, moeMaxExperts, moeMaxK)
+	}
+	return need(op, "logits", logits, int64(T)*int64(nExpert))
 }
 
 // GatherRows copies rows idx[j] of src to row j of dst (rows of n floats).
