@@ -72,10 +72,10 @@ model's block count also moves the LM head there), as llama.cpp's -ngl counts th
 --n-gpu-layers the placement is planned (as tq plan does) for --vram, or for the device's free
 memory, and printed in one line; --cpu-moe keeps every routed expert tensor on the CPU,
 --n-cpu-moe N those of the first N blocks (shared experts stay with their block). GPU layers
-compute in float32 without activation rounding and keep an f16 or q8_0 KV cache on the device; the
-Qwen3.5/3.6 hybrids (qwen35, qwen35moe) keep their Gated DeltaNet states there too. Models the
-GPU backend cannot run (weight types without a CUDA kernel, a KV cache other than f16 or q8_0) run on the CPU
-with one line saying why.`,
+compute in float32 without activation rounding and keep an f16 or q8_0 KV cache on the
+device; the Qwen3.5/3.6 hybrids (qwen35, qwen35moe) keep their Gated DeltaNet states there
+too. Models the GPU backend cannot run (weight types without a CUDA kernel, a KV cache other
+than f16 or q8_0) run on the CPU with one line saying why.`,
 		Example: `  tq run model.gguf -p "The capital of France is" -n 32
   tq run model.gguf -p "Write a haiku about Go." --chat --temp 0.7 --seed 1
   tq run model.gguf -i --system "You are terse." --no-think
