@@ -121,8 +121,14 @@ func (d *Device) DeltaNetGates(beta, g, dtBias, ssmA Buffer, hv, T int) error {
 // carries each head's DState×DState matrix from call to call, in the device's own layout
 // (column-major per head: element (a, j) at h·DState² + a·DState + j); zero it (Zero) at a
 // sequence start. Per token: S ← e^g·S; δ_j = β·(v_j − Σ_a S[a][j]·k_a); S[a][j] += k_a·δ_j;
-// out_j = scale·Σ_a S[a][j]·q_a. out receives T rows of NVHeads·DState floats.
+// out_j = scale·Σ_a S[a][j]·q_a. out receives T rows of NVHeads·DState floats. A batch of
+// several tokens runs the chunked form (tq_delta_rule_chunked: 16 tokens per pass over the
+// state, the chunk's writes from a triangular system), one token the recurrent step.
 func (d *Device) DeltaRule(out, qkv, beta, g, state Buffer, T int, s DeltaNetShape, scale float32) error {
+	return d.deltaRule(out, qkv, beta, g, state, T, s, scale, T > 1)
+}
+
+func (d *Device) deltaRule(out, qkv, beta, g, state Buffer, T int, s DeltaNetShape, scale float32, chunked bool) error {
 	const op = "DeltaRule"
 	if err := checkPositive(op, T); err != nil {
 		return err
@@ -145,8 +151,12 @@ func (d *Device) DeltaRule(out, qkv, beta, g, state Buffer, T int, s DeltaNetSha
 		}
 	}
 	grid, block := dim3{uint32(s.NVHeads), 1, 1}, dim3{uint32(s.DState), 1, 1}
+	k := kDeltaRule
+	if chunked {
+		k = kDeltaRuleChunked
+	}
 	return d.do(func() error {
-		return d.launch(kDeltaRule, grid, block, argPtr(qkv.ptr), argPtr(beta.ptr), argPtr(g.ptr), argPtr(state.ptr), argPtr(out.ptr),
+		return d.launch(k, grid, block, argPtr(qkv.ptr), argPtr(beta.ptr), argPtr(g.ptr), argPtr(state.ptr), argPtr(out.ptr),
 			argI32(int32(T)), argI32(int32(s.DState)), argI32(int32(s.NKHeads)), argI32(int32(s.NVHeads)), argI32(int32(s.Stride)),
 			argF32(scale))
 	})

@@ -73,6 +73,7 @@ const (
 	kL2Norm
 	kDeltaNetGates
 	kDeltaRule
+	kDeltaRuleChunked
 	kSplitHeads
 	kSigmoidMul
 	kRowSigmoidScale
@@ -90,6 +91,7 @@ const (
 	moeMaxExperts  = 1024 // MOE_MAX_EXPERTS
 	moeMaxK        = 64   // MOE_MAX_K
 	drMaxDState    = 256  // DR_MAX_DS: the delta rule's largest head size
+	drChunk        = 16   // DR_CHUNK: tokens per chunk of tq_delta_rule_chunked
 	rowThreads     = 256  // block size of the row-wise and element-wise kernels
 )
 
@@ -106,25 +108,26 @@ var kernelTable = buildKernelTable()
 func buildKernelTable() []kernelSpec {
 	P, I, F := pPtr, pI32, pF32
 	t := []kernelSpec{
-		kRMSNorm:         {"tq_rmsnorm", "ops", []paramKind{P, P, P, I, I, F}},
-		kRoPE:            {"tq_rope", "ops", []paramKind{P, I, I, I, I, I, I, F, F, F, F, F, F, P}},
-		kSwiGLU:          {"tq_swiglu", "ops", []paramKind{P, P, I}},
-		kAdd:             {"tq_add", "ops", []paramKind{P, P, I}},
-		kAddRows:         {"tq_add_rows", "ops", []paramKind{P, P, I, I}},
-		kKVStore:         {"tq_kv_store", "ops", []paramKind{P, P, I, I, I, I}},
-		kGatherRows:      {"tq_gather_rows", "ops", []paramKind{P, P, P, I, I}},
-		kScatterRows:     {"tq_scatter_rows", "ops", []paramKind{P, P, P, I, I}},
-		kMoECombine:      {"tq_moe_combine", "ops", []paramKind{P, P, P, I, I, I}},
-		kAttn:            {"tq_attn", "attention", []paramKind{P, P, P, P, P, I, I, I, I, I, I, F, I, I}},
-		kMoERoute:        {"tq_moe_route", "moe", []paramKind{P, P, P, I, I, I, I}},
-		kSSMConv:         {"tq_ssm_conv", "hybrid", []paramKind{P, P, P, P, I, I, I}},
-		kL2Norm:          {"tq_l2norm", "hybrid", []paramKind{P, I, I, I, I, F}},
-		kDeltaNetGates:   {"tq_deltanet_gates", "hybrid", []paramKind{P, P, P, P, I, I}},
-		kDeltaRule:       {"tq_delta_rule", "hybrid", []paramKind{P, P, P, P, P, I, I, I, I, I, F}},
-		kSplitHeads:      {"tq_split_heads", "hybrid", []paramKind{P, P, P, I, I, I}},
-		kSigmoidMul:      {"tq_sigmoid_mul", "hybrid", []paramKind{P, P, I}},
-		kRowSigmoidScale: {"tq_row_sigmoid_scale", "hybrid", []paramKind{P, P, I, I}},
-		kZero:            {"tq_zero", "hybrid", []paramKind{P, I}},
+		kRMSNorm:          {"tq_rmsnorm", "ops", []paramKind{P, P, P, I, I, F}},
+		kRoPE:             {"tq_rope", "ops", []paramKind{P, I, I, I, I, I, I, F, F, F, F, F, F, P}},
+		kSwiGLU:           {"tq_swiglu", "ops", []paramKind{P, P, I}},
+		kAdd:              {"tq_add", "ops", []paramKind{P, P, I}},
+		kAddRows:          {"tq_add_rows", "ops", []paramKind{P, P, I, I}},
+		kKVStore:          {"tq_kv_store", "ops", []paramKind{P, P, I, I, I, I}},
+		kGatherRows:       {"tq_gather_rows", "ops", []paramKind{P, P, P, I, I}},
+		kScatterRows:      {"tq_scatter_rows", "ops", []paramKind{P, P, P, I, I}},
+		kMoECombine:       {"tq_moe_combine", "ops", []paramKind{P, P, P, I, I, I}},
+		kAttn:             {"tq_attn", "attention", []paramKind{P, P, P, P, P, I, I, I, I, I, I, F, I, I}},
+		kMoERoute:         {"tq_moe_route", "moe", []paramKind{P, P, P, I, I, I, I}},
+		kSSMConv:          {"tq_ssm_conv", "hybrid", []paramKind{P, P, P, P, I, I, I}},
+		kL2Norm:           {"tq_l2norm", "hybrid", []paramKind{P, I, I, I, I, F}},
+		kDeltaNetGates:    {"tq_deltanet_gates", "hybrid", []paramKind{P, P, P, P, I, I}},
+		kDeltaRule:        {"tq_delta_rule", "hybrid", []paramKind{P, P, P, P, P, I, I, I, I, I, F}},
+		kDeltaRuleChunked: {"tq_delta_rule_chunked", "hybrid", []paramKind{P, P, P, P, P, I, I, I, I, I, F}},
+		kSplitHeads:       {"tq_split_heads", "hybrid", []paramKind{P, P, P, I, I, I}},
+		kSigmoidMul:       {"tq_sigmoid_mul", "hybrid", []paramKind{P, P, I}},
+		kRowSigmoidScale:  {"tq_row_sigmoid_scale", "hybrid", []paramKind{P, P, I, I}},
+		kZero:             {"tq_zero", "hybrid", []paramKind{P, I}},
 	}
 	for _, n := range mvNames {
 		for _, suffix := range []string{"_t1", "_t8"} {

@@ -26,7 +26,9 @@ func testHybrid(t *testing.T, d *Device, big bool) {
 		r := rand.New(rand.NewPCG(41, 42))
 		testSSMConv(t, d, r, heavy)
 		testL2Norm(t, d, r, heavy)
-		testDeltaRule(t, d, r, heavy, big)
+		for _, chunked := range []bool{false, true} {
+			testDeltaRule(t, d, r, heavy, big, chunked)
+		}
 	}
 	r := rand.New(rand.NewPCG(43, 44))
 	testDeltaNetGates(t, d, r)
@@ -175,7 +177,9 @@ func deltaRuleRef(S [][]float64, qkv, beta, g []float32, T int, s DeltaNetShape,
 	return out
 }
 
-func testDeltaRule(t *testing.T, d *Device, r *rand.Rand, heavy, big bool) {
+// testDeltaRule runs the recurrent kernel (chunked false) or the chunked one on calls of 6, 1,
+// 37 (three chunks, the last partial) and 3 tokens, the state carried from call to call.
+func testDeltaRule(t *testing.T, d *Device, r *rand.Rand, heavy, big, chunked bool) {
 	s := DeltaNetShape{DState: 64, NKHeads: 2, NVHeads: 4}
 	if big {
 		s = DeltaNetShape{DState: 128, NKHeads: 16, NVHeads: 32}
@@ -189,7 +193,7 @@ func testDeltaRule(t *testing.T, d *Device, r *rand.Rand, heavy, big bool) {
 	for h := range ref {
 		ref[h] = make([]float64, ds*ds)
 	}
-	for call, T := range []int{6, 1, 3} {
+	for call, T := range []int{6, 1, 37, 3} {
 		qkv := sample(r, heavy, T*s.Stride, 1)
 		for tt := 0; tt < T; tt++ { // L2-normalised query and key heads, as the layer feeds them
 			for h := 0; h < 2*hk; h++ {
@@ -211,7 +215,7 @@ func testDeltaRule(t *testing.T, d *Device, r *rand.Rand, heavy, big bool) {
 		}
 		qb, bb, gb := mustAlloc(t, d, qkv), mustAlloc(t, d, beta), mustAlloc(t, d, g)
 		ob := mustAlloc(t, d, make([]float32, T*vd))
-		if err := d.DeltaRule(ob, qb, bb, gb, state, T, s, float32(scale)); err != nil {
+		if err := d.deltaRule(ob, qb, bb, gb, state, T, s, float32(scale), chunked); err != nil {
 			t.Fatal(err)
 		}
 		got := mustRead(t, d, ob, T*vd)
@@ -225,7 +229,7 @@ func testDeltaRule(t *testing.T, d *Device, r *rand.Rand, heavy, big bool) {
 				}
 				for j, v := range o {
 					if gv := float64(got[tt*vd+h*ds+j]); !(math.Abs(gv-v) <= 1e-4*m+1e-6) {
-						t.Fatalf("delta rule (heavy %v, call %d) token %d head %d [%d] = %g, want %g (head max %g)", heavy, call, tt, h, j, gv, v, m)
+						t.Fatalf("delta rule (chunked %v, heavy %v, call %d) token %d head %d [%d] = %g, want %g (head max %g)", chunked, heavy, call, tt, h, j, gv, v, m)
 					}
 				}
 			}
@@ -239,7 +243,7 @@ func testDeltaRule(t *testing.T, d *Device, r *rand.Rand, heavy, big bool) {
 		}
 		for i, v := range ref[h] {
 			if gv := float64(st[h*ds*ds+i]); !(math.Abs(gv-v) <= 1e-4*m+1e-6) {
-				t.Fatalf("delta rule state head %d [%d] = %g, want %g", h, i, gv, v)
+				t.Fatalf("delta rule (chunked %v) state head %d [%d] = %g, want %g", chunked, h, i, gv, v)
 			}
 		}
 	}

@@ -109,6 +109,104 @@ extern "C" __global__ void tq_delta_rule(const float* qkv, const float* beta, co
     }
 }
 
+// DR_CHUNK is the tokens tq_delta_rule_chunked handles together.
+#define DR_CHUNK 16
+
+// tq_delta_rule_chunked is tq_delta_rule for a batch of tokens, DR_CHUNK at a time: with S0 the
+// state at a chunk's start and G_t the cumulative log decay of its tokens up to t, the chunk's
+// writes δ_t solve the lower-triangular system
+//   δ_t = β_t·(v_t − e^{G_t}·S0ᵀk_t − Σ_{s<t} e^{G_t−G_s}·(k_t·k_s)·δ_s),
+// the outputs are o_t = scale·(e^{G_t}·S0ᵀq_t + Σ_{s<=t} e^{G_t−G_s}·(q_t·k_s)·δ_s), and the state
+// becomes e^{G_c}·S0 + Σ_s e^{G_c−G_s}·k_s·δ_sᵀ: the same recurrence as tq_delta_rule, with the
+// state read twice per chunk instead of twice per token. Thread j owns value channel j (its δ,
+// S0ᵀk and S0ᵀq of the chunk's tokens in registers); the chunk's keys, queries and their dot
+// products are in shared memory. Same arguments and launch as tq_delta_rule.
+extern "C" __global__ void tq_delta_rule_chunked(const float* qkv, const float* beta, const float* g, float* st, float* out,
+                                                 int T, int ds, int hk, int hv, int stride, float scale) {
+    __shared__ float kk[DR_CHUNK * DR_MAX_DS];
+    __shared__ float qq[DR_CHUNK * DR_MAX_DS];
+    __shared__ float kdot[DR_CHUNK * DR_CHUNK]; // kdot[t*C+s] = k_t·k_s (s < t)
+    __shared__ float qdot[DR_CHUNK * DR_CHUNK]; // qdot[t*C+s] = q_t·k_s (s <= t)
+    __shared__ float G[DR_CHUNK];
+    __shared__ float B[DR_CHUNK];
+    const int h = blockIdx.x, j = threadIdx.x;
+    if (h >= hv || ds > DR_MAX_DS) return; // uniform for the block
+    const int kdim = hk * ds, kh = h % hk;
+    float* S = st + (u64)h * ds * ds;
+    for (int t0 = 0; t0 < T; t0 += DR_CHUNK) {
+        const int c = T - t0 < DR_CHUNK ? T - t0 : DR_CHUNK;
+        __syncthreads(); // the previous chunk's shared data is no longer read
+        for (int i = j; i < c * ds; i += blockDim.x) {
+            const int t = i / ds, a = i - t * ds;
+            const float* row = qkv + (u64)(t0 + t) * stride;
+            qq[i] = row[kh * ds + a];
+            kk[i] = row[kdim + kh * ds + a];
+        }
+        if (j == 0) {
+            float acc = 0.0f;
+            for (int t = 0; t < c; ++t) {
+                acc += g[(u64)(t0 + t) * hv + h];
+                G[t] = acc;
+                B[t] = beta[(u64)(t0 + t) * hv + h];
+            }
+        }
+        __syncthreads();
+        for (int p = j; p < c * c; p += blockDim.x) {
+            const int t = p / c, s = p - t * c;
+            if (s > t) continue;
+            float dk = 0.0f, dq = 0.0f;
+            for (int a = 0; a < ds; ++a) {
+                dk += kk[t * ds + a] * kk[s * ds + a];
+                dq += qq[t * ds + a] * kk[s * ds + a];
+            }
+            kdot[t * DR_CHUNK + s] = dk;
+            qdot[t * DR_CHUNK + s] = dq;
+        }
+        __syncthreads();
+        if (j < ds) {
+            // per-token arrays indexed by unrolled constants only, so that they stay in registers
+            float u[DR_CHUNK], w[DR_CHUNK], d[DR_CHUNK];
+#pragma unroll
+            for (int t = 0; t < DR_CHUNK; ++t) u[t] = w[t] = d[t] = 0.0f;
+            for (int a = 0; a < ds; ++a) { // S0ᵀk_t and S0ᵀq_t for channel j
+                const float s0 = S[(u64)a * ds + j];
+#pragma unroll
+                for (int t = 0; t < DR_CHUNK; ++t) {
+                    if (t < c) {
+                        u[t] += kk[t * ds + a] * s0;
+                        w[t] += qq[t * ds + a] * s0;
+                    }
+                }
+            }
+#pragma unroll
+            for (int t = 0; t < DR_CHUNK; ++t) {
+                if (t < c) {
+                    float r = expf(G[t]) * u[t];
+#pragma unroll
+                    for (int s = 0; s < t; ++s) r += expf(G[t] - G[s]) * kdot[t * DR_CHUNK + s] * d[s];
+                    d[t] = B[t] * (qkv[(u64)(t0 + t) * stride + 2 * kdim + h * ds + j] - r);
+                    float o = expf(G[t]) * w[t];
+#pragma unroll
+                    for (int s = 0; s <= t; ++s) o += expf(G[t] - G[s]) * qdot[t * DR_CHUNK + s] * d[s];
+                    out[(u64)(t0 + t) * hv * ds + h * ds + j] = o * scale;
+                }
+            }
+            const float gc = G[c - 1];
+#pragma unroll
+            for (int t = 0; t < DR_CHUNK; ++t) d[t] = t < c ? d[t] * expf(gc - G[t]) : 0.0f;
+            const float dec = expf(gc);
+            for (int a = 0; a < ds; ++a) {
+                float s1 = dec * S[(u64)a * ds + j];
+#pragma unroll
+                for (int t = 0; t < DR_CHUNK; ++t) {
+                    if (t < c) s1 += kk[t * ds + a] * d[t];
+                }
+                S[(u64)a * ds + j] = s1;
+            }
+        }
+    }
+}
+
 // tq_split_heads splits T rows of heads×(2·hd) floats (per head: hd query values, then hd gate
 // values, as the gated attention's q projection yields them) into a (query) and b (gate), each T
 // rows of heads×hd. Launch: grid = (ceil(heads*hd/256), T), block 256.
