@@ -1,7 +1,6 @@
 package infer
 
 import (
-	"encoding/binary"
 	"math"
 
 	"github.com/tq-project/tq/gguf"
@@ -38,10 +37,7 @@ func (g *gpuModel) uploadHybrid(hb *hybridBlock, tensor func(*linear) *cuda.Tens
 	}
 	if hb.shGate != nil {
 		gh.shGate, gh.shUp, gh.shDown = tensor(hb.shGate), tensor(hb.shUp), tensor(hb.shDown)
-		data := make([]byte, 4*len(hb.shGateInp))
-		for i, v := range hb.shGateInp {
-			binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(v))
-		}
+		data := f32Bytes(hb.shGateInp)
 		gh.shGateInp = tensor(&linear{name: hb.shGate.name + " (gate_inp_shexp)", t: gguf.TypeF32, in: len(hb.shGateInp),
 			out: 1, nmat: 1, rowBytes: len(data), data: data})
 	}

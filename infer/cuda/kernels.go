@@ -113,7 +113,7 @@ func buildKernelTable() []kernelSpec {
 		kSwiGLU:           {"tq_swiglu", "ops", []paramKind{P, P, I}},
 		kAdd:              {"tq_add", "ops", []paramKind{P, P, I}},
 		kAddRows:          {"tq_add_rows", "ops", []paramKind{P, P, I, I}},
-		kKVStore:          {"tq_kv_store", "ops", []paramKind{P, P, I, I, I, I}},
+		kKVStore:          {"tq_kv_store", "ops", []paramKind{P, P, P, P, I, I, I, I, I}},
 		kGatherRows:       {"tq_gather_rows", "ops", []paramKind{P, P, P, I, I}},
 		kScatterRows:      {"tq_scatter_rows", "ops", []paramKind{P, P, P, I, I}},
 		kMoECombine:       {"tq_moe_combine", "ops", []paramKind{P, P, P, I, I, I}},

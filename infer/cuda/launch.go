@@ -130,7 +130,7 @@ func elemGeometry(n int) (grid, block dim3) {
 	return dim3{uint32(max(g, 1)), 1, 1}, dim3{rowThreads, 1, 1}
 }
 
-// rowsByColsGeometry: grid (ceil(n/rowThreads), rows) (tq_kv_store, tq_gather_rows,
+// rowsByColsGeometry: grid (ceil(n/rowThreads), rows) (tq_kv_store with grid.z = 2, tq_gather_rows,
 // tq_scatter_rows, tq_moe_combine).
 func rowsByColsGeometry(n, rows int) (grid, block dim3) {
 	return dim3{uint32(ceilDiv(n, rowThreads)), uint32(rows), 1}, dim3{rowThreads, 1, 1}

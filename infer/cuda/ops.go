@@ -212,13 +212,10 @@ func (d *Device) KVStore(c *KVCache, layer, pos0, T int, k, v Buffer) error {
 		return err
 	}
 	grid, block := rowsByColsGeometry(c.KVDim, T)
+	grid.z = 2 // keys and values in one launch
 	return d.do(func() error {
-		if err := d.launch(kKVStore, grid, block, argPtr(k.ptr), argPtr(c.k[layer]), argI32(int32(pos0)), argI32(int32(T)),
-			argI32(int32(c.KVDim)), argI32(kvTypeCode(c.K))); err != nil {
-			return err
-		}
-		return d.launch(kKVStore, grid, block, argPtr(v.ptr), argPtr(c.v[layer]), argI32(int32(pos0)), argI32(int32(T)),
-			argI32(int32(c.KVDim)), argI32(kvTypeCode(c.V)))
+		return d.launch(kKVStore, grid, block, argPtr(k.ptr), argPtr(v.ptr), argPtr(c.k[layer]), argPtr(c.v[layer]),
+			argI32(int32(pos0)), argI32(int32(T)), argI32(int32(c.KVDim)), argI32(kvTypeCode(c.K)), argI32(kvTypeCode(c.V)))
 	})
 }
 

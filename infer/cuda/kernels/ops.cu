@@ -73,25 +73,28 @@ extern "C" __global__ void tq_add_rows(float* y, const float* b, int n, int T) {
         y[i] += b[i % n];
 }
 
-// tq_kv_store converts T rows of kvdim floats (keys or values, already rotated) to the cache type t
-// and stores them at cache rows pos0 .. pos0+T-1: t = 1 (f16): halves, round to nearest even;
-// t = 8 (q8_0): per 32 values (kvdim % 32 == 0) ggml's quantize_row_q8_0: d = amax/127,
-// q = round(x·(1/d)), stored as an f16 d and 32 int8 (34 bytes; one warp per block).
-// Launch: grid = (ceil(kvdim/256), T), block 256.
-extern "C" __global__ void tq_kv_store(const float* x, u8* c, int pos0, int T, int kvdim, int t) {
+// tq_kv_store converts T rows of keys (blockIdx.z = 0: x = k into kc, type kt) or values (1: v into
+// vc, type vt), kvdim floats each and already rotated, to the cache type and stores them at cache
+// rows pos0 .. pos0+T-1: type 1 (f16): halves, round to nearest even; type 8 (q8_0): per 32 values
+// (kvdim % 32 == 0) ggml's quantize_row_q8_0: d = amax/127, q = round(x·(1/d)), stored as an f16
+// d and 32 int8 (34 bytes; one warp per block). Launch: grid = (ceil(kvdim/256), T, 2), block 256.
+extern "C" __global__ void tq_kv_store(const float* k, const float* v, u8* kc, u8* vc, int pos0, int T, int kvdim,
+                                       int kt, int vt) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
     if (i >= kvdim || r >= T) return; // whole warps: kvdim is a multiple of 32 for q8_0
-    const float v = x[(u64)r * kvdim + i];
-    if (t == 8) {
-        const float amax = warp_max(fabsf(v));
+    const bool isv = blockIdx.z != 0;
+    const float x = (isv ? v : k)[(u64)r * kvdim + i];
+    u8* c = isv ? vc : kc;
+    if ((isv ? vt : kt) == 8) {
+        const float amax = warp_max(fabsf(x));
         const float d = amax / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         u8* b = c + (u64)(pos0 + r) * (kvdim >> 5) * 34 + (u64)(i >> 5) * 34;
         if ((i & 31) == 0) *(u16*)b = f2h(d);
-        b[2 + (i & 31)] = (u8)(i8)roundf(v * id);
+        b[2 + (i & 31)] = (u8)(i8)roundf(x * id);
         return;
     }
-    ((u16*)c)[(u64)(pos0 + r) * kvdim + i] = f2h(v);
+    ((u16*)c)[(u64)(pos0 + r) * kvdim + i] = f2h(x);
 }
 
 // tq_gather_rows: dst[j] = src[idx[j]] for rows of n floats, j < count. Launch: grid = (ceil(n/256),
