@@ -1,0 +1,182 @@
+package kernels
+
+//go:generate go run dpbf16_gen.go
+
+import (
+	"fmt"
+	"math"
+	"sync/atomic"
+)
+
+// The rounded-rows GEMM for bf16 weights: AVX512-BF16's VDPBF16PS (AMD Zen 4 and later,
+// Intel Cooper Lake and Sapphire Rapids) multiplies pairs of bf16 values and adds both
+// products to a float32 accumulator, 32 products per instruction where a float32 FMA does 16.
+// Unlike the AMX path (amx.go), which splits each activation into three exact bf16 pieces, this
+// path rounds each float32 activation to the nearest bf16 (ties to even) once, as ggml does for
+// a bf16 weight's activations (ggml_cpu_fp32_to_bf16 before ggml_vec_dot_bf16). The weights
+// are exact operands, so the result is the float32 sum of the exact products of the rounded
+// activations with the weights, in the instruction's order; an activation moves by at most
+// 2⁻⁹ of itself (8 significant bits). The hardware treats bf16 subnormals as zero and flushes
+// subnormal results. Callers choose this path explicitly (SgemmHalfRounded); it is not a
+// drop-in for the exact GEMMs.
+//
+// Layouts. RoundedRows: the rows one after the other as bf16, each padded with zeros to whole
+// 32-value steps, and zero rows up to a multiple of 8 (the kernel's rows). The packed B is
+// packBF16AMX's: per block of 32 columns and per step two 16×16 tiles whose row kk holds per
+// column the pair (w[2kk], w[2kk+1]); one tile row is one 512-bit register of the kernel,
+// which broadcasts each row's pair (A's 32-bit word) against it.
+
+// dpOff is set by SetBF16DP(false).
+var dpOff atomic.Bool
+
+// SetBF16DP turns the AVX512-BF16 path off (false) or back on (true, where the machine has it),
+// for tests and benchmarks; TQ_BF16DP=off turns it off for a whole process.
+func SetBF16DP(on bool) { dpOff.Store(!on) }
+
+// HasBF16DP reports whether this machine runs the AVX512-BF16 kernel.
+func HasBF16DP() bool { return haveBF16DP() }
+
+// UsingBF16DP reports whether SgemmHalfRounded currently runs.
+func UsingBF16DP() bool { return useAsm() && !dpOff.Load() && haveBF16DP() }
+
+// dpRows is the rows of one block of RoundedRows (and of the kernel).
+const dpRows = 8
+
+// RoundedRows holds m float32 rows of k values rounded to bf16, in the kernel's layout, for
+// SgemmHalfRounded: a batch of activations rounded once and multiplied with many weight tiles.
+type RoundedRows struct {
+	m, k int
+	h    []uint16
+}
+
+// ld is the bf16 values of one row (k padded to whole steps).
+func (s *RoundedRows) ld() int { return amxSteps(s.k) * amxK }
+
+// RoundedRowsBytes is the memory a RoundedRows of m rows of k values holds.
+func RoundedRowsBytes(m, k int) int64 {
+	return 2 * int64((m+dpRows-1)/dpRows*dpRows) * int64(amxSteps(k)*amxK)
+}
+
+// Rows is the number of rows s holds (Reset's m).
+func (s *RoundedRows) Rows() int { return s.m }
+
+// Reset sizes s for m rows of k values (reusing its memory); the rows are then filled by Set,
+// possibly from several goroutines over disjoint row ranges.
+func (s *RoundedRows) Reset(m, k int) {
+	s.m, s.k = m, k
+	n := (m + dpRows - 1) / dpRows * dpRows * s.ld()
+	if cap(s.h) < n {
+		s.h = make([]uint16, n)
+	}
+	s.h = s.h[:n]
+	clear(s.h[m*s.ld():]) // the padding rows
+}
+
+// Set rounds rows [r0, r1) of a (rows lda apart, s's k values each) into s.
+func (s *RoundedRows) Set(r0, r1 int, a []float32, lda int) {
+	k, ld := s.k, s.ld()
+	asm := use512()
+	for r := r0; r < r1; r++ {
+		row := a[r*lda : r*lda+k]
+		dst := s.h[r*ld : (r+1)*ld]
+		j := 0
+		if asm && k >= 16 {
+			j = k &^ 15
+			roundBF16AVX512(&dst[0], &row[0], j)
+		}
+		for ; j < k; j++ {
+			dst[j] = RoundBF16(row[j])
+		}
+		clear(dst[k:])
+	}
+}
+
+// RoundBF16 returns the bf16 nearest to x (ties to even; NaN stays NaN, quiet).
+func RoundBF16(x float32) uint16 {
+	b := math.Float32bits(x)
+	if b&0x7fffffff > 0x7f800000 {
+		return uint16(b>>16) | 0x40
+	}
+	return uint16((b + 0x7fff + (b>>16)&1) >> 16)
+}
+
+// dpKC is the steps of k one pass of sgemmDP covers (512 values): a 32-column block of the
+// packed B (32 KiB) stays in L1 while every 8-row block of A (8 KiB each) streams past it.
+const dpKC = 16
+
+// sgemmDP computes C[0:m, 0:n] (+)= A·Bᵀ from the rounded rows s and B packed by packBF16AMX
+// (n columns); kern is the block kernel (the assembly, or dpKernelGo in tests).
+func sgemmDP(s *RoundedRows, n int, bp []uint32, c []float32, ldc int, accumulate bool,
+	kern func(ks int, a []uint16, lda int, b []uint32, c []float32, ldc int, acc bool)) {
+	m, ks, ld := s.m, amxSteps(s.k), s.ld()
+	var tmp [dpRows * 32]float32
+	for p0 := 0; p0 < ks; p0 += dpKC {
+		kc := min(dpKC, ks-p0)
+		acc := accumulate || p0 > 0
+		for j0 := 0; j0 < n; j0 += 32 {
+			b := bp[(j0/32*ks+p0)*amxWordsPerStep:]
+			cols := min(32, n-j0)
+			for i0 := 0; i0 < m; i0 += dpRows {
+				a := s.h[i0*ld+p0*amxK:]
+				rows := min(dpRows, m-i0)
+				if rows == dpRows && cols == 32 {
+					kern(kc, a, ld, b, c[i0*ldc+j0:], ldc, acc)
+					continue
+				}
+				if acc {
+					for r := 0; r < rows; r++ {
+						copy(tmp[r*32:r*32+cols], c[(i0+r)*ldc+j0:])
+					}
+				}
+				kern(kc, a, ld, b, tmp[:], 32, acc)
+				for r := 0; r < rows; r++ {
+					copy(c[(i0+r)*ldc+j0:(i0+r)*ldc+j0+cols], tmp[r*32:r*32+cols])
+				}
+			}
+		}
+	}
+}
+
+// dpKernelAsm runs the assembly block kernel (8 rows of a, lda values apart, and of c; ks
+// steps).
+func dpKernelAsm(ks int, a []uint16, lda int, b []uint32, c []float32, ldc int, acc bool) {
+	if !haveBF16DP() {
+		panic("kernels: the AVX512-BF16 kernel called on a machine without it")
+	}
+	_ = a[(dpRows-1)*lda+ks*amxK-1]
+	_ = b[ks*amxWordsPerStep-1]
+	_ = c[(dpRows-1)*ldc+31]
+	dpKernel8x32(ks, &a[0], 2*lda, &b[0], &c[0], 4*ldc, acc)
+}
+
+// SgemmHalfRounded computes C[0:m, 0:n] (+)= A·Bᵀ for bf16 B (n×k, rows ldb values apart) with
+// A given as rounded rows (m = s.Rows()): the float32 sums of the products of A rounded to bf16
+// with B (see above). It needs the AVX512-BF16 path (UsingBF16DP). pack is scratch for the
+// packed B (grown as needed and returned).
+func SgemmHalfRounded(s *RoundedRows, n int, b []byte, ldb int, c []float32, ldc int, accumulate bool, pack []uint32) ([]uint32, error) {
+	if !UsingBF16DP() {
+		return pack, fmt.Errorf("kernels: SgemmHalfRounded: the AVX512-BF16 path is not in use")
+	}
+	m, k := s.m, s.k
+	if n < 0 || ldb < max(1, k) || ldc < max(1, n) || !fitsMatrix(n, k, ldb, len(b)/2) || !fitsMatrix(m, n, ldc, len(c)) {
+		return pack, fmt.Errorf("kernels: SgemmHalfRounded: %d×%d B (stride %d, %d values) or %d×%d C (stride %d, %d values) does not fit", n, k, ldb, len(b)/2, m, n, ldc, len(c))
+	}
+	if m == 0 || n == 0 {
+		return pack, nil
+	}
+	if k == 0 {
+		if !accumulate {
+			for i := 0; i < m; i++ {
+				clear(c[i*ldc : i*ldc+n])
+			}
+		}
+		return pack, nil
+	}
+	if need := amxPackedLen(n, k); cap(pack) < need {
+		pack = make([]uint32, need)
+	}
+	pack = pack[:amxPackedLen(n, k)]
+	packBF16AMX(pack, b, ldb, n, k)
+	sgemmDP(s, n, pack, c, ldc, accumulate, dpKernelAsm)
+	return pack, nil
+}

@@ -1,0 +1,254 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"testing"
+)
+
+// dpKernelGo is the rounded-rows block kernel in Go: per step and pair, both exact products
+// added to the float32 accumulator one after the other (VDPBF16PS's documented order),
+// subnormal inputs read as zero and subnormal sums flushed. Hardware may round the pair
+// differently, so tests compare both with a float64 reference.
+func dpKernelGo(ks int, a []uint16, lda int, b []uint32, c []float32, ldc int, acc bool) {
+	for r := 0; r < dpRows; r++ {
+		for col := 0; col < 32; col++ {
+			var sum float32
+			if acc {
+				sum = c[r*ldc+col]
+			}
+			t, cc := col/16, col%16
+			for s := 0; s < ks; s++ {
+				tile := b[(s*2+t)*256+cc:]
+				for kk := 0; kk < 16; kk++ {
+					w, x := tile[kk*16], a[r*lda+s*amxK+2*kk:]
+					sum = ftz(sum + bf16daz(x[0])*bf16daz(uint16(w)))
+					sum = ftz(sum + bf16daz(x[1])*bf16daz(uint16(w>>16)))
+				}
+			}
+			c[r*ldc+col] = sum
+		}
+	}
+}
+
+// TestRoundBF16 checks RoundBF16 against the nearest bf16 found in float64 (ties to even),
+// on heavy-tailed values, every exponent, exact ties and the special values.
+func TestRoundBF16(t *testing.T) {
+	r := newRNG(5)
+	xs := randFloats(r, 20000, true, 2)
+	for e := -133; e <= 127; e++ {
+		m := 1 + float64(r.Uint32()&0x7fffff)/(1<<23)
+		xs = append(xs, float32(math.Ldexp(m, e)), -float32(math.Ldexp(m, e)))
+	}
+	for i := 0; i < 200; i++ { // ties: the low 16 bits exactly 0x8000
+		xs = append(xs, math.Float32frombits(r.Uint32()&0x7f7f0000|0x8000))
+	}
+	xs = append(xs, 0, float32(math.Copysign(0, -1)), math.MaxFloat32, -math.MaxFloat32, math.SmallestNonzeroFloat32,
+		float32(math.Inf(1)), float32(math.Inf(-1)))
+	for _, x := range xs {
+		got := RoundBF16(x)
+		b := math.Float32bits(x)
+		lo, hi := b&0xffff0000, (b&0xffff0000)+0x10000 // the two bf16 neighbours (by magnitude)
+		dl := math.Abs(float64(x) - float64(math.Float32frombits(lo)))
+		hv := float64(math.Float32frombits(hi))
+		if math.IsInf(hv, 0) { // past the largest bf16: IEEE rounds as if the exponent went on
+			hv = math.Copysign(math.Ldexp(1, 128), hv)
+		}
+		dh := math.Abs(hv - float64(x))
+		want := lo
+		if dh < dl || dh == dl && (lo>>16)&1 == 1 {
+			want = hi
+		}
+		if math.IsInf(float64(x), 0) {
+			want = b
+		}
+		if uint32(got)<<16 != want {
+			t.Fatalf("RoundBF16(%g = %#x) = %#x, want %#x", x, b, got, want>>16)
+		}
+	}
+	if n := RoundBF16(float32(math.NaN())); n&0x7f80 != 0x7f80 || n&0x7f == 0 {
+		t.Fatalf("RoundBF16(NaN) = %#x, not a NaN", n)
+	}
+}
+
+// dpCase multiplies a (m×k, float32, rounded to bf16) with b (n×k, bf16) into c0's copy with
+// the block kernel kern and checks every entry against the float64 product of the rounded
+// activations: exactly when exact is set (one-hot weights), else within (k+2)·2⁻²⁴·(Σ|a·b| +
+// |c0|), a float32 sum of k exact products (and C) added in any order. It returns the largest
+// error in units of 2⁻²⁴·(Σ|a·b| + |c0|).
+func dpCase(t *testing.T, name string, m, n, k int, a []float32, b []byte, c0 []float32, acc, exact bool,
+	kern func(ks int, a []uint16, lda int, b []uint32, c []float32, ldc int, acc bool)) float64 {
+	t.Helper()
+	var s RoundedRows
+	s.Reset(m, k)
+	for i := range s.h {
+		s.h[i] = 0xbeef // Reset and Set must leave no garbage in the padding
+	}
+	s.Reset(m, k)
+	s.Set(0, m, a, k)
+	pk := make([]uint32, amxPackedLen(n, k))
+	packBF16AMX(pk, b, k, n, k)
+	c := append([]float32(nil), c0...)
+	sgemmDP(&s, n, pk, c, n, acc, kern)
+	worst := 0.0
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			var ref, mag float64
+			if acc {
+				ref, mag = float64(c0[i*n+j]), math.Abs(float64(c0[i*n+j]))
+			}
+			for p := 0; p < k; p++ {
+				h := uint16(b[2*(j*k+p)]) | uint16(b[2*(j*k+p)+1])<<8
+				x := float64(math.Float32frombits(uint32(RoundBF16(a[i*k+p])) << 16))
+				v := x * float64(math.Float32frombits(uint32(h)<<16))
+				ref += v
+				mag += math.Abs(v)
+			}
+			got := float64(c[i*n+j])
+			if exact {
+				if got != ref {
+					t.Fatalf("%s %d×%d×%d acc=%v: C[%d,%d] = %g, exactly %g", name, m, n, k, acc, i, j, got, ref)
+				}
+				continue
+			}
+			unit := math.Ldexp(mag, -24)
+			if e := math.Abs(got - ref); e > float64(k+2)*unit {
+				t.Fatalf("%s %d×%d×%d acc=%v: C[%d,%d] = %g, float64 %g: error %.3g units of 2⁻²⁴·Σ|ab|", name, m, n, k, acc, i, j, got, ref, e/unit)
+			} else if unit > 0 {
+				worst = max(worst, e/unit)
+			}
+		}
+	}
+	return worst
+}
+
+// dpShapes have row, column and k tails (odd k too), and k over several passes (dpKC steps).
+var dpShapes = [][3]int{{8, 32, 32}, {64, 64, 320}, {37, 45, 77}, {5, 3, 1}, {100, 70, 600}, {33, 96, 1030}, {16, 40, 64}, {9, 33, 31}}
+
+// TestSgemmDPGo runs the block kernel's Go twin through sgemmDP on every machine: the rounding,
+// the row layout, the packing and the blocking against float64.
+func TestSgemmDPGo(t *testing.T) {
+	for si, sh := range dpShapes {
+		m, n, k := sh[0], sh[1], sh[2]
+		a, b, c0 := amxOperands(uint64(si)+60, m, n, k)
+		for _, acc := range []bool{false, true} {
+			dpCase(t, "go", m, n, k, a, b, c0, acc, false, dpKernelGo)
+			dpCase(t, "go one-hot", m, n, k, a, oneHot(uint64(si), n, k), c0, false, true, dpKernelGo)
+		}
+	}
+}
+
+// TestSgemmHalfRounded checks the AVX512-BF16 path where the machine has it: the assembly
+// block kernel against float64 (bounded, and exact on one-hot weights) and SgemmHalfRounded
+// giving the kernel's bits; and that it refuses to run with the path off.
+func TestSgemmHalfRounded(t *testing.T) {
+	if !HasBF16DP() {
+		t.Skip("no AVX512-BF16 on this machine: the VDPBF16PS kernel is not tested here; TestSgemmDPGo covers its layouts")
+	}
+	worst := 0.0
+	for si, sh := range dpShapes {
+		m, n, k := sh[0], sh[1], sh[2]
+		a, b, c0 := amxOperands(uint64(si)+60, m, n, k)
+		for _, acc := range []bool{false, true} {
+			worst = max(worst, dpCase(t, "asm", m, n, k, a, b, c0, acc, false, dpKernelAsm))
+			dpCase(t, "asm one-hot", m, n, k, a, oneHot(uint64(si), n, k), c0, false, true, dpKernelAsm)
+
+			var s RoundedRows
+			s.Reset(m, k)
+			s.Set(0, m, a, k)
+			pk := make([]uint32, amxPackedLen(n, k))
+			packBF16AMX(pk, b, k, n, k)
+			want := append([]float32(nil), c0...)
+			sgemmDP(&s, n, pk, want, n, acc, dpKernelAsm)
+			got := append([]float32(nil), c0...)
+			if _, err := SgemmHalfRounded(&s, n, b, k, got, n, acc, nil); err != nil {
+				t.Fatal(err)
+			}
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%v acc=%v: C[%d]: SgemmHalfRounded %g, the kernel %g", sh, acc, i, got[i], want[i])
+				}
+			}
+		}
+	}
+	t.Logf("largest error of the VDPBF16PS kernel: %.2f units of 2⁻²⁴·Σ|ab| (bound k+2)", worst)
+	SetBF16DP(false)
+	defer SetBF16DP(true)
+	if _, err := SgemmHalfRounded(&RoundedRows{}, 1, make([]byte, 2), 1, make([]float32, 1), 1, false, nil); err == nil {
+		t.Error("SgemmHalfRounded ran with the path off")
+	}
+}
+
+// BenchmarkSgemmHalfRounded compares, on one thread, the rounded-rows GEMM (rounding the rows
+// and packing B included) with SgemmHalf's float32 FMA path on the same bf16 weights, in GFLOP/s, at the
+// calibration forward's shapes (512 activation rows, a 512-row weight tile).
+func BenchmarkSgemmHalfRounded(b *testing.B) {
+	for _, sh := range [][3]int{{512, 512, 2048}, {512, 512, 6144}} {
+		m, n, k := sh[0], sh[1], sh[2]
+		a, w, _ := amxOperands(1, m, n, k)
+		c := make([]float32, m*n)
+		flops := 2 * float64(m) * float64(n) * float64(k)
+		b.Run(fmt.Sprintf("fma/%dx%dx%d", m, n, k), func(b *testing.B) {
+			SetAMX(false)
+			defer SetAMX(true)
+			for i := 0; i < b.N; i++ {
+				if err := SgemmHalf(BF16, m, n, k, a, k, w, k, c, n, false); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+		b.Run(fmt.Sprintf("bf16dp/%dx%dx%d", m, n, k), func(b *testing.B) {
+			if !UsingBF16DP() {
+				b.Skip("no AVX512-BF16")
+			}
+			var s RoundedRows
+			var pack []uint32
+			for i := 0; i < b.N; i++ {
+				s.Reset(m, k)
+				s.Set(0, m, a, k)
+				var err error
+				if pack, err = SgemmHalfRounded(&s, n, w, k, c, n, false, pack); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
+
+// TestRoundedRowsSet checks the rows Set writes, with the AVX-512 rounding and without:
+// RoundBF16 of every value bit for bit (non-finite and subnormal values too), zeros past k and
+// in the padding rows.
+func TestRoundedRowsSet(t *testing.T) {
+	r := newRNG(13)
+	specials := []float32{float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 1e-40, -3e-39, 0,
+		math.MaxFloat32, math.Float32frombits(0x3f808000), math.Float32frombits(0x3f818000), math.Float32frombits(0xff800001)}
+	forEachImpl(t, func(t *testing.T) {
+		for _, k := range []int{32, 100, 7, 257, 16} {
+			m := 11
+			a := randFloats(r, m*k, true, 1)
+			for i, v := range specials {
+				a[(i*37)%len(a)] = v
+			}
+			var s RoundedRows
+			s.Reset(m, k)
+			for i := range s.h {
+				s.h[i] = 0xbeef
+			}
+			s.Reset(m, k)
+			s.Set(0, m, a, k)
+			for row := 0; row < 16; row++ {
+				for j := 0; j < s.ld(); j++ {
+					var want uint16
+					if row < m && j < k {
+						want = RoundBF16(a[row*k+j])
+					}
+					if got := s.h[row*s.ld()+j]; got != want {
+						t.Fatalf("k=%d row %d value %d: %#x, want %#x", k, row, j, got, want)
+					}
+				}
+			}
+		}
+	})
+}
