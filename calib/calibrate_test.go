@@ -22,7 +22,8 @@ import (
 // against a float64 XᵀX of the same activations (checkHessians); "qwen3moe-diag" calibrates
 // without per-expert matrices (ExpertHessianBytes < 0), so the experts' reconstruction is checked.
 // The AMX path is off here: it sums bf16 products in another order than the float32-weight
-// forward (TestCalibrateAMXAgrees compares it).
+// forward (TestCalibrateAMXAgrees compares it); so is the rounded AVX512-BF16 path
+// (ExactForward; TestCalibrateBF16Agrees compares it).
 func TestCalibrateMatchesFullForward(t *testing.T) {
 	kernels.SetAMX(false)
 	defer kernels.SetAMX(true)
@@ -40,11 +41,11 @@ func TestCalibrateMatchesFullForward(t *testing.T) {
 			dir := genModel(t, o)
 			vocab := vocabOf(t, dir)
 			seqs := randSeqs(7, 4, vocab, 40, 150, 64)
-			res := calibrate(t, dir, Options{Sequences: seqs, Threads: 2, UncoveredSample: -1, NoBaseline: true, ExpertHessianBytes: expertBytes})
+			res := calibrate(t, dir, Options{Sequences: seqs, Threads: 2, UncoveredSample: -1, NoBaseline: true, ExpertHessianBytes: expertBytes, ExactForward: true})
 			// without Gram matrices (and no budget) the forward keeps the 16-bit weights packed
 			// for the GEMM: the statistics are the same bits as this run's, which does not
 			res2 := calibrate(t, dir, Options{Sequences: seqs, Threads: 2, UncoveredSample: -1, NoBaseline: true,
-				NoHessians: true, NoSensitivity: true, SensitivityTokens: -1, ExpertHessianBytes: expertBytes})
+				NoHessians: true, NoSensitivity: true, SensitivityTokens: -1, ExpertHessianBytes: expertBytes, ExactForward: true})
 			if res.PackedWeightBytes != 0 || res2.PackedWeightBytes == 0 {
 				t.Errorf("packed weights: %d bytes with Gram matrices, %d without", res.PackedWeightBytes, res2.PackedWeightBytes)
 			}
@@ -173,7 +174,7 @@ func TestUncoveredExperts(t *testing.T) {
 	dir := genModel(t, o)
 	seqs := randSeqs(2, 1, vocabOf(t, dir), 5, 5, 64)
 	var warned []string
-	res := calibrate(t, dir, Options{Sequences: seqs, Threads: 2, NoBaseline: true, NoSensitivity: true,
+	res := calibrate(t, dir, Options{Sequences: seqs, Threads: 2, NoBaseline: true, NoSensitivity: true, ExactForward: true,
 		Warn: func(s string) { warned = append(warned, s) }})
 	cov := res.Coverage[0]
 	if len(cov.Uncovered) == 0 {
@@ -361,4 +362,101 @@ func TestCalibrateAMXAgrees(t *testing.T) {
 			t.Logf("largest relative difference: %.2g", worst)
 		})
 	}
+}
+
+// TestCalibrateBF16Agrees compares the default forward on a CPU with AVX512-BF16 and no AMX
+// (bf16 weights multiply activations rounded to bf16: infer.Options.BF16Products) with the
+// exact one (ExactForward) on the trained dense qwen3 (random weights amplify any change
+// chaotically through sharp attention, and a MoE's routing may flip on a near tie). A rounded
+// activation moves by at most 2⁻⁹ of itself, so per tensor the statistics (Σx² and max|x| per
+// column) and the Gram matrices must agree to 1 % in relative L2 norm (measured: at most
+// 0.26 %), single columns of Σx² to 5 % (3.5 %); and they must differ somewhere, or the rounded
+// path did not run. The record names the arithmetic.
+func TestCalibrateBF16Agrees(t *testing.T) {
+	if !kernels.HasBF16DP() || kernels.HasAMX() {
+		t.Skip("no AVX512-BF16 on this machine (or AMX, which takes precedence): the forward's products stay exact")
+	}
+	dir := filepath.Join("..", "testdata", "trained", "qwen3")
+	seqs := randSeqs(7, 4, vocabOf(t, dir), 40, 150, 64)
+	o := Options{Sequences: seqs, Threads: 2, NoBaseline: true, NoSensitivity: true, SensitivityTokens: -1, OutDir: t.TempDir(), ExactForward: true}
+	exact := calibrate(t, dir, o)
+	o.OutDir, o.ExactForward = t.TempDir(), false
+	rounded := calibrate(t, dir, o)
+	if p := rounded.Config.Calibration.Precision; !strings.Contains(p, "rounded to bf16") {
+		t.Errorf("the record says %q", p)
+	}
+	worst, worstCol := 0.0, 0.0
+	// agree checks the relative L2 difference of two vectors of one quantity
+	agree := func(what string, a, b []float64) {
+		t.Helper()
+		var d, n float64
+		for i := range a {
+			d += (a[i] - b[i]) * (a[i] - b[i])
+			n += a[i] * a[i]
+		}
+		if n == 0 {
+			return
+		}
+		if r := math.Sqrt(d / n); r > 0.01 {
+			t.Errorf("%s: relative L2 difference %.3g", what, r)
+		} else {
+			worst = max(worst, r)
+		}
+	}
+	for name, ts := range exact.Stats.Tensors {
+		t2 := rounded.Stats.Tensors[name]
+		if t2 == nil || !slices.Equal(ts.Counts, t2.Counts) {
+			t.Fatalf("%s: counts differ", name)
+		}
+		agree(name+" Σx²", ts.SumSq, t2.SumSq)
+		m0, m1 := make([]float64, len(ts.MaxAbs)), make([]float64, len(ts.MaxAbs))
+		for i := range ts.MaxAbs {
+			m0[i], m1[i] = float64(ts.MaxAbs[i]), float64(t2.MaxAbs[i])
+		}
+		agree(name+" max|x|", m0, m1)
+		for i := range ts.SumSq {
+			if d := math.Abs(ts.SumSq[i]-t2.SumSq[i]) / ts.SumSq[i]; d > 0.05 {
+				t.Errorf("%s column %d: Σx² %g rounded, %g exact", name, i, t2.SumSq[i], ts.SumSq[i])
+			} else {
+				worstCol = max(worstCol, d)
+			}
+		}
+	}
+	h0, err := OpenHessians(exact.HessianDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h1, err := OpenHessians(rounded.HessianDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, name := range h0.Names() {
+		g0, ok0, err := h0.For(name, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g1, ok1, err := h1.For(name, -1)
+		if err != nil || ok0 != ok1 {
+			t.Fatalf("%s: %v, Gram matrix with one forward only: %v", name, err, ok0 != ok1)
+		}
+		if !ok0 {
+			continue
+		}
+		var a, b []float64
+		for i := 0; i < g0.SymmetricDim(); i++ {
+			for j := i; j < g0.SymmetricDim(); j++ {
+				a, b = append(a, g0.At(i, j)), append(b, g1.At(i, j))
+			}
+		}
+		agree(name+" Gram", a, b)
+		n++
+	}
+	if n == 0 {
+		t.Fatal("no Gram matrices compared")
+	}
+	if worst == 0 {
+		t.Fatal("the rounded forward gave the exact forward's bits: the AVX512-BF16 path did not run")
+	}
+	t.Logf("largest relative L2 difference of a tensor's statistics or Gram matrix: %.2g; of one column's Σx²: %.2g", worst, worstCol)
 }

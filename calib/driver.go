@@ -96,6 +96,10 @@ type Options struct {
 	NoBaseline bool
 	// NoSensitivity skips measuring the other bit width (TensorChoice.Sensitivity stays 0).
 	NoSensitivity bool
+	// ExactForward keeps every product of the forward exact: by default, on a CPU with
+	// AVX512-BF16 and no AMX, bf16 weights multiply activations rounded to the nearest bf16
+	// (infer.Options.BF16Products; ggml's own rounding for bf16 weights, twice the speed).
+	ExactForward bool
 	// NoHessians skips the input Gram matrices (HessianDir). By default every linear input
 	// of at most HessianMaxCols columns gets its full Gram matrix, as far as MemoryBudget allows.
 	NoHessians bool
@@ -348,7 +352,7 @@ func Calibrate(ctx context.Context, modelDir string, opts Options) (*Result, err
 		glob.tensors[d.Name] = &infer.Tensor{Name: d.Name, Type: gguf.TypeF32, Dims: d.Shape, Data: f32Bytes(buf)}
 	}
 	r.runner, err = infer.NewLayerRunner(glob, infer.Options{Threads: opts.Threads, CtxSize: r.maxLen,
-		CacheTypeK: "f32", CacheTypeV: "f32", FullPrecision: true})
+		CacheTypeK: "f32", CacheTypeV: "f32", FullPrecision: true, BF16Products: !opts.ExactForward})
 	if err != nil {
 		return nil, fmt.Errorf("calib: %w", err)
 	}
@@ -630,7 +634,7 @@ func (r *run) finish(res *Result, start time.Time) error {
 	}
 	rec := &CalibrationRecord{Prompts: len(o.Sequences), Tokens: tokens, PaddedTokens: padded, PadMultiple: o.PadMultiple,
 		UncoveredExperts: uncovered, TokensPerSecond: tps, Threads: r.runner.Threads(),
-		Precision: forwardPrecision()}
+		Precision: forwardPrecision(o.ExactForward)}
 	if r.hess != nil {
 		var err error
 		if rec.Hessians, err = r.finishHessians(tokens); err != nil {
@@ -788,11 +792,19 @@ func fmtBytes(n int64) string {
 
 // forwardPrecision describes the calibration forward's arithmetic for the record: 16-bit
 // matrices widened exactly inside the GEMM (others upcast to f32), f32 activations and KV
-// cache, and whether bf16 products run on AMX tiles, with the kernel set in use.
-func forwardPrecision() string {
+// cache, and whether bf16 products run on AMX tiles or with rounded activations
+// (bf16Rounded), with the kernel set in use.
+func forwardPrecision(exact bool) string {
 	p := "f32 arithmetic (16-bit weights widened exactly in the GEMM, others upcast), f32 activations, f32 KV cache"
-	if kernels.UsingAMX() {
+	switch {
+	case kernels.UsingAMX():
 		p += "; bf16 products on AMX tiles (activations split into three exact bf16 pieces, float32 sums)"
+	case bf16Rounded(exact):
+		p += "; bf16 weights multiply activations rounded to bf16 (ties to even) with AVX512-BF16, float32 sums"
 	}
 	return p + "; kernels: " + kernels.Implementation()
 }
+
+// bf16Rounded reports whether the forward's bf16 products take the AVX512-BF16 path with
+// rounded activations (infer.Options.BF16Products where the CPU runs it and has no AMX).
+func bf16Rounded(exact bool) bool { return !exact && !kernels.UsingAMX() && kernels.UsingBF16DP() }

@@ -434,13 +434,13 @@ func TestExpertHessianBudget(t *testing.T) {
 // answer ok=false for them; a second run with a column limit of 256 drops the FFN intermediate
 // for that reason.
 func TestHessianBudgetFallback(t *testing.T) {
-	kernels.SetAMX(false) // bf16 matrices are packed only off the AMX path
+	kernels.SetAMX(false) // bf16 matrices are packed only off the AMX and rounded paths
 	defer kernels.SetAMX(true)
 	o := fixtures.Preset("qwen3")
 	o.Layers = 1
 	dir := genModel(t, o)
 	seqs := randSeqs(5, 2, vocabOf(t, dir), 30, 60, 64)
-	base := Options{Sequences: seqs, Threads: 2, NoBaseline: true, NoSensitivity: true, NoHessians: true}
+	base := Options{Sequences: seqs, Threads: 2, NoBaseline: true, NoSensitivity: true, NoHessians: true, ExactForward: true}
 	r0 := calibrate(t, dir, base)
 	est := r0.EstimatedBytes
 	var warned []string

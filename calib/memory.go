@@ -39,11 +39,16 @@ func (r *run) estimate() int64 {
 		}
 		stats += 12 * d.Shape[0] * nm
 	}
-	if kernels.UsingAMX() {
-		// the AMX GEMM of bf16 weights (infer's matmulAMX): a batch's activation rows split
-		// into three bf16 pieces, and per worker a packed tile of up to 512 weight rows
+	if kernels.UsingAMX() || bf16Rounded(r.opts.ExactForward) {
+		// the AMX or AVX512-BF16 GEMM of bf16 weights (infer's matmulAMX): a batch's activation
+		// rows split into three bf16 pieces or rounded to bf16, and per worker a packed tile of
+		// up to 512 weight rows
 		maxIn := max(E, nff, int64(c.QDim()))
-		act += kernels.SplitRowsBytes(int(B), int(maxIn)) / 4
+		if kernels.UsingAMX() {
+			act += kernels.SplitRowsBytes(int(B), int(maxIn)) / 4
+		} else {
+			act += kernels.RoundedRowsBytes(int(B), int(maxIn)) / 4
+		}
 		pool += threads * 256 * maxIn
 	}
 	floats := act + kv + pool + hiddenBufs + search
@@ -58,14 +63,14 @@ func (r *run) estimate() int64 {
 const packMaxUnbudgeted = 1 << 30
 
 // packBytes is the most memory infer's PackWeights takes for one block: every 16-bit matrix
-// widened to float32 and packed (infer.PackedWeightBytes), except bf16 ones on the AMX path,
-// which infer multiplies without keeping them packed.
+// widened to float32 and packed (infer.PackedWeightBytes), except bf16 ones on the AMX or the
+// AVX512-BF16 path, which infer multiplies without keeping them packed.
 func (r *run) packBytes() int64 {
 	var most int64
 	for il := 0; il < r.cfg.NLayer; il++ {
 		var n int64
 		for _, d := range layerDescs(r.src, il) {
-			if ht := halfType(d); ht == gguf.TypeF16 || ht == gguf.TypeBF16 && !kernels.UsingAMX() {
+			if ht := halfType(d); ht == gguf.TypeF16 || ht == gguf.TypeBF16 && !kernels.UsingAMX() && !bf16Rounded(r.opts.ExactForward) {
 				n += infer.PackedWeightBytes(d.Shape)
 			}
 		}

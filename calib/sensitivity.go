@@ -351,6 +351,12 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 		r.runner.SetPackWeights(false)
 		defer r.runner.SetPackWeights(true)
 	}
+	// the probes' reconstructions are float32 matrices, multiplied exactly: the clean stream's
+	// bf16 matrices must be too, or the activations' rounding would count as the probe's damage
+	if r.runner.Options().BF16Products {
+		r.runner.SetBF16Products(false)
+		defer r.runner.SetBF16Products(true)
+	}
 	for il := 0; il < c.NLayer; il++ {
 		if err := r.ctx.Err(); err != nil {
 			return "", err

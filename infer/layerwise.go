@@ -96,6 +96,9 @@ func (r *LayerRunner) Config() *Config { return r.full }
 // caller accounts for the memory: twice the loaded block's 16-bit matrices).
 func (r *LayerRunner) SetPackWeights(on bool) { r.m.opts.PackWeights = on }
 
+// SetBF16Products turns Options.BF16Products on or off for the products that follow.
+func (r *LayerRunner) SetBF16Products(on bool) { r.m.opts.BF16Products = on }
+
 // Options returns the options in effect (defaults filled in).
 func (r *LayerRunner) Options() Options { return r.m.opts }
 

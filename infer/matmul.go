@@ -264,16 +264,23 @@ func amxTiles(out, workers int) (nt, rows int) {
 var amxPackPool = sync.Pool{New: func() any { return new([]uint32) }}
 
 // matmulAMX is matmulGemm for bf16 weights on the AMX path (kernels.UsingAMX, at least
-// kernels.AMXMinRows rows; a routed expert's handful of tokens stays on the FMA GEMM): the activation
-// rows are split into bf16 pieces once (kernels.SplitRows, rows spread over the workers), then
-// every tile of weight rows (amxTiles) is packed and multiplied (kernels.SgemmHalfSplit). Each
-// product of a piece with a weight is exact and the sums are float32, so the result agrees
-// with the FMA GEMM's to float32 rounding, in another order of addition. PackWeights is not
-// used: packing the bf16 rows costs little beside the product.
-func (s *Session) matmulAMX(l *linear, e int, xr []float32, T int, y []float32) {
+// kernels.AMXMinRows rows; a routed expert's handful of tokens stays on the FMA GEMM) or, with
+// rounded set, on the AVX512-BF16 path (Options.BF16Products). The activation rows are split
+// into bf16 pieces (kernels.SplitRows) or rounded to bf16 (kernels.RoundedRows) once, rows
+// spread over the workers, then every tile of weight rows (amxTiles) is packed and multiplied
+// (kernels.SgemmHalfSplit, kernels.SgemmHalfRounded). On AMX each product of a piece with a
+// weight is exact and the sums are float32, so the result agrees with the FMA GEMM's to float32
+// rounding, in another order of addition; the rounded path multiplies the rounded rows
+// exactly. PackWeights is not used: packing the bf16 rows costs little beside the product.
+func (s *Session) matmulAMX(l *linear, e int, xr []float32, T int, y []float32, rounded bool) {
 	n, out := l.in, l.out
-	s.split.Reset(T, n)
-	s.m.pool.run(T, 16, func(_, lo, hi int) { s.split.Set(lo, hi, xr, n) })
+	if rounded {
+		s.rounded.Reset(T, n)
+		s.m.pool.run(T, 16, func(_, lo, hi int) { s.rounded.Set(lo, hi, xr, n) })
+	} else {
+		s.split.Reset(T, n)
+		s.m.pool.run(T, 16, func(_, lo, hi int) { s.split.Set(lo, hi, xr, n) })
+	}
 	nt, rows := amxTiles(out, s.m.pool.n)
 	s.m.pool.run(nt, 1, func(_, lo, hi int) {
 		pp := amxPackPool.Get().(*[]uint32)
@@ -281,14 +288,25 @@ func (s *Session) matmulAMX(l *linear, e int, xr []float32, T int, y []float32) 
 			r0 := ti * rows
 			r1 := min(out, r0+rows)
 			off := (e*l.out + r0) * l.rowBytes
+			w := l.data[off : off+(r1-r0)*l.rowBytes]
 			var err error
-			*pp, err = kernels.SgemmHalfSplit(&s.split, r1-r0, l.data[off:off+(r1-r0)*l.rowBytes], n, y[r0:], out, false, *pp)
+			if rounded {
+				*pp, err = kernels.SgemmHalfRounded(&s.rounded, r1-r0, w, n, y[r0:], out, false, *pp)
+			} else {
+				*pp, err = kernels.SgemmHalfSplit(&s.split, r1-r0, w, n, y[r0:], out, false, *pp)
+			}
 			if err != nil {
 				panic(err) // shapes are ours
 			}
 		}
 		amxPackPool.Put(pp)
 	})
+}
+
+// bf16Rounded reports whether bf16 weights take the AVX512-BF16 path of matmulAMX
+// (Options.BF16Products on a CPU that runs it and has no AMX).
+func (o *Options) bf16Rounded() bool {
+	return o.BF16Products && o.FullPrecision && !kernels.UsingAMX() && kernels.UsingBF16DP()
 }
 
 // tilePool holds dequantized weight tiles for the GEMM path.
@@ -316,15 +334,16 @@ func (s *Session) matmulGemm(l *linear, e int, x []float32, T int, y []float32, 
 		xr = s.xr
 		s.roundActs(l.k.act, xr, x, T, n)
 	}
-	amx := l.t == gguf.TypeBF16 && kernels.UsingAMX()
+	rounded := l.t == gguf.TypeBF16 && m.opts.bf16Rounded()
+	amx := l.t == gguf.TypeBF16 && kernels.UsingAMX() || rounded
 	if !lanes8 && amx && T >= kernels.AMXMinRows {
-		s.matmulAMX(l, e, xr, T, y)
+		s.matmulAMX(l, e, xr, T, y, rounded)
 		return
 	}
 	nt := (out + gemmTile - 1) / gemmTile
 	var packed []*kernels.PackedHalf
-	// (bf16 on the AMX path is not kept packed: short batches, which come here, take SgemmHalf's
-	// FMA path, and long ones matmulAMX)
+	// (bf16 on the AMX or the rounded path is not kept packed: short batches, which come here,
+	// take SgemmHalf's FMA path, and long ones matmulAMX)
 	if m.opts.PackWeights && m.opts.FullPrecision && !lanes8 && !amx && (l.t == gguf.TypeBF16 || l.t == gguf.TypeF16) {
 		l.mu.Lock()
 		if l.packed == nil {

@@ -34,9 +34,10 @@ type Session struct {
 	cs                      []float32 // RoPE cos/sin tables of the batch's positions (ropeRows)
 	ropePos0, ropeT         int       // positions the tables in cs hold
 	act                     []byte
-	xr                      []float32         // rounded activation rows (GEMM path)
-	split                   kernels.SplitRows // the activation rows split for the AMX GEMM (matmulAMX)
-	qp                      [][]byte          // per-worker prepared query head
+	xr                      []float32           // rounded activation rows (GEMM path)
+	split                   kernels.SplitRows   // the activation rows split for the AMX GEMM (matmulAMX)
+	rounded                 kernels.RoundedRows // the activation rows rounded for the AVX512-BF16 GEMM (matmulAMX)
+	qp                      [][]byte            // per-worker prepared query head
 	moe                     moeScratch
 	hy                      *hybridState // recurrent state of qwen35 / qwen35moe (arch_qwen35moe.go)
 	attnScratch             [][]float32  // per-worker buffers of attentionLanes8

@@ -27,7 +27,7 @@ type calibrateFlags struct {
 	expertHessianLimit                                               string
 	datasets, layers, skip                                           []string
 	groupSize, threads, maxLen, padMultiple, uncovered, searchRows   int
-	symmetric, restart, keepCkpt, json, noBaseline                   bool
+	symmetric, restart, keepCkpt, json, noBaseline, exactForward     bool
 	hessians, noHessians                                             bool
 	hessianMaxCols                                                   int
 	sensTokens                                                       int
@@ -72,7 +72,10 @@ An interrupted run resumes from its last finished block (checkpoint in OUT/.tq-c
 
 On Intel CPUs with AMX-BF16 (Sapphire Rapids and later, Linux) the products with BF16 weights
 run on AMX tiles: each activation is split into three exact bf16 pieces and the sums are f32,
-so the statistics match the AVX path's to f32 rounding. TQ_AMX=off keeps the AVX path.`,
+so the statistics match the AVX path's to f32 rounding. TQ_AMX=off keeps the AVX path.
+On other CPUs with AVX512-BF16 (AMD Zen 4 and later) they multiply activations rounded to the
+nearest bf16, as llama.cpp does for bf16 weights, at twice the speed of exact f32 products;
+--exact-forward keeps them exact (the statistics themselves are always taken in f32).`,
 		Example: `  tq calibrate ./Qwen3-0.6B
   tq calibrate ./Qwen3-30B-A3B --memory-budget 24G -o calib/
   tq calibrate ./Llama-3-8B --calibration-dataset prompts.jsonl --weight-dtype int8 --group-size 64
@@ -99,6 +102,7 @@ so the statistics match the AVX path's to f32 rounding. TQ_AMX=off keeps the AVX
 	fl.IntVar(&f.padMultiple, "pad-multiple", calib.DefaultPadMultiple, "pad sequences to a multiple of this many tokens")
 	fl.IntVar(&f.uncovered, "uncovered-sample", calib.DefaultUncoveredSample, "MoE: tokens per layer run through never-routed experts (negative: off)")
 	fl.IntVar(&f.searchRows, "search-rows", calib.DefaultSearchRows, "rows per tensor measured for the recorded errors (negative: all)")
+	fl.BoolVar(&f.exactForward, "exact-forward", false, "keep the forward's products with BF16 weights exact on CPUs with AVX512-BF16 (slower; default: activations rounded to bf16 there, as llama.cpp does)")
 	fl.BoolVar(&f.noBaseline, "no-baseline", false, "skip measuring the unweighted search for comparison")
 	fl.BoolVar(&f.hessians, "hessians", true, "write the input Gram matrices of every linear layer to OUT/hessians (full up to --hessian-max-cols columns)")
 	fl.BoolVar(&f.noHessians, "no-hessians", false, "do not collect the input Gram matrices (same as --hessians=false)")
@@ -131,7 +135,7 @@ func runCalibrate(cmd *cobra.Command, dir string, f *calibrateFlags) error {
 		OutDir: f.out, WeightDType: f.weightDType, GroupSize: f.groupSize, Asymmetric: !f.symmetric,
 		KVCacheDType: f.kvDType, Method: f.method, LayersToQuantize: f.layers, SkipLayers: f.skip,
 		Threads: f.threads, Restart: f.restart, KeepCheckpoint: f.keepCkpt, UncoveredSample: f.uncovered,
-		SearchRows: f.searchRows, NoBaseline: f.noBaseline, PadMultiple: f.padMultiple, Version: tqVersion(),
+		SearchRows: f.searchRows, NoBaseline: f.noBaseline, ExactForward: f.exactForward, PadMultiple: f.padMultiple, Version: tqVersion(),
 		NoHessians: f.noHessians || !f.hessians, HessianMaxCols: f.hessianMaxCols, SensitivityTokens: f.sensTokens,
 		Warn: func(msg string) { fmt.Fprintln(stderr, "warning:", msg) },
 	}

@@ -23,6 +23,8 @@ func Implementation() string {
 		amx := ""
 		if UsingAMX() {
 			amx = ", AMX-BF16 GEMM for bf16 weights"
+		} else if UsingBF16DP() {
+			amx = ", AVX512-BF16 GEMM for bf16 weights (rounded activations, where asked for)"
 		}
 		switch {
 		case useVNNI():
