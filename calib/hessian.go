@@ -324,6 +324,7 @@ type gramCollector struct {
 	owner   map[string]string     // input id -> the weight whose calls are accumulated
 	cols    map[string]int        // input id -> columns seen
 	dn      *deltaNetAcc          // the Gated DeltaNet per-head matrices (nil: none yet)
+	rounded bool                  // the matrices from rows rounded to bf16, as the forward's products (gramAcc)
 }
 
 func (r *run) newGramCollector(step int) *gramCollector {
@@ -331,7 +332,8 @@ func (r *run) newGramCollector(step int) *gramCollector {
 		return nil
 	}
 	return &gramCollector{plan: r.hess, step: step, threads: r.threadCount(), acc: map[string]*gramAcc{},
-		experts: map[string][]*gramAcc{}, owner: map[string]string{}, cols: map[string]int{}}
+		experts: map[string][]*gramAcc{}, owner: map[string]string{}, cols: map[string]int{},
+		rounded: bf16Rounded(r.opts.ExactForward)}
 }
 
 // claim records that weight name feeds input id rows of cols columns and reports whether its
@@ -366,7 +368,7 @@ func (g *gramCollector) linear(name string, x []float32, n, cols int) error {
 	}
 	a := g.acc[id]
 	if a == nil {
-		a = newGramAcc(cols, g.threads)
+		a = newGramAcc(cols, g.threads, g.rounded)
 		g.acc[id] = a
 	}
 	t0 := time.Now()
@@ -406,7 +408,7 @@ func (g *gramCollector) expert(name string, e int, x []float32, n, cols int) err
 			}
 		}
 		if buf == nil {
-			buf = newGramBuf(cols)
+			buf = newGramBuf(cols, g.rounded)
 		}
 		accs[e] = newSharedGramAcc(cols, g.threads, buf)
 	}
@@ -427,7 +429,7 @@ func (g *gramCollector) deltaNet(tr *infer.DeltaNetTrace, valid int) error {
 			return fmt.Errorf("calib: block %d: Gated DeltaNet of %d columns, %d value heads of %d, the weights say %d, %d, %d",
 				st.layer, tr.NEmbd, tr.NVHeads, tr.DState, st.cols[st.dn.in], st.dn.heads, st.dn.dstate)
 		}
-		g.dn = newDeltaNetAcc(tr, g.threads)
+		g.dn = newDeltaNetAcc(tr, g.threads, g.rounded)
 	}
 	t0 := time.Now()
 	err := g.dn.add(tr, valid)

@@ -27,6 +27,12 @@ const gramChunkRows = 512
 // worst case (about √512·2⁻²⁴ ≈ 1.4·10⁻⁶ typically), and the float64 sum over chunks adds
 // nothing visible. The stored file rounds to float32 anyway (relative 6·10⁻⁸).
 //
+// With rounded set (the calibration's bf16 products on AVX512-BF16, bf16Rounded) a chunk's
+// rows are rounded to bf16 once and the tiles are the float32 sums of the exact products of
+// the rounded values (kernels.SgemmRoundedPacked, twice the float32 GEMM's rate there): an
+// entry then moves by at most about 2⁻⁸ of the chunk's Σ|x_i x_j|, and the diagonal's
+// expected bias is about 2⁻¹⁸/3 of itself; the float64 sums over chunks are as above.
+//
 // The pending-row buffer may be shared by several accumulators of the same width (the routed
 // experts of one input, which are fed one after another): adding rows to one of them first
 // flushes the rows another left in the buffer.
@@ -45,12 +51,17 @@ type gramBuf struct {
 	owner   *gramAcc             // the accumulator whose rows are pending
 	tile    [][]float32          // per worker: one gramTile² block
 	packed  []kernels.PackedHalf // per column block of gramTile: its pending rows packed for the GEMM
+	rounded bool                 // the tiles from the rows rounded to bf16 (see gramAcc)
+	rr      kernels.RoundedRows  // rounded: the pending rows (of xt) rounded
+	pk      [][]uint32           // rounded: per column block, its rounded rows packed
 }
 
-func newGramBuf(cols int) *gramBuf { return &gramBuf{xt: make([]float32, cols*gramChunkRows)} }
+func newGramBuf(cols int, rounded bool) *gramBuf {
+	return &gramBuf{xt: make([]float32, cols*gramChunkRows), rounded: rounded}
+}
 
-func newGramAcc(cols, threads int) *gramAcc {
-	return newSharedGramAcc(cols, threads, newGramBuf(cols))
+func newGramAcc(cols, threads int, rounded bool) *gramAcc {
+	return newSharedGramAcc(cols, threads, newGramBuf(cols, rounded))
 }
 
 // newSharedGramAcc returns an accumulator whose pending rows go to buf (made by newGramBuf
@@ -73,7 +84,7 @@ func gramAccsBytes(cols, nmat, threads int) int64 {
 	c := int64(cols)
 	nb := (c + gramTile - 1) / gramTile
 	return int64(nmat)*4*c*(c+1) + 4*c*gramChunkRows + int64(max(threads, 1))*4*gramTile*gramTile +
-		4*(c+16*nb)*gramChunkRows // the packed column blocks (16-row panels)
+		4*(c+16*nb)*gramChunkRows // the packed column blocks (16-row panels; rounded: the rounded and the packed rows, less)
 }
 
 // add accumulates n rows of x (row-major, cols each); the last chunk waits for flush.
@@ -134,6 +145,9 @@ func (a *gramAcc) flush() error {
 	if len(b.packed) < nb {
 		b.packed = append(b.packed, make([]kernels.PackedHalf, nb-len(b.packed))...)
 	}
+	if b.rounded && len(b.pk) < nb {
+		b.pk = append(b.pk, make([][]uint32, nb-len(b.pk))...)
+	}
 	var next atomic.Int64
 	var firstErr error
 	var mu sync.Mutex
@@ -144,6 +158,17 @@ func (a *gramAcc) flush() error {
 		}
 		mu.Unlock()
 	}
+	// rounded: the rows are rounded once, 64 at a time
+	const roundRows = 64
+	round := func(int) {
+		for {
+			j := int(next.Add(1) - 1)
+			if j*roundRows >= c {
+				return
+			}
+			b.rr.Set(j*roundRows, min(c, (j+1)*roundRows), xt, ld)
+		}
+	}
 	// every column block is packed once for the GEMM, then multiplied by every row block at
 	// or before it
 	pack := func(int) {
@@ -153,6 +178,10 @@ func (a *gramAcc) flush() error {
 				return
 			}
 			j0 := bj * gramTile
+			if b.rounded {
+				b.pk[bj] = b.rr.PackB(j0, min(gramTile, c-j0), b.pk[bj])
+				continue
+			}
 			if err := b.packed[bj].SetF32(min(gramTile, c-j0), k, xt[j0*ld:], ld); err != nil {
 				fail(err)
 				return
@@ -169,7 +198,14 @@ func (a *gramAcc) flush() error {
 			bi, bj := pairOf(p, nb)
 			i0, j0 := bi*gramTile, bj*gramTile
 			m, n := min(gramTile, c-i0), min(gramTile, c-j0)
-			if err := kernels.SgemmPackedHalf(m, xt[i0*ld:], ld, &b.packed[bj], tile, gramTile, false); err != nil {
+			var err error
+			if b.rounded {
+				v := b.rr.View(i0, m)
+				err = kernels.SgemmRoundedPacked(&v, b.pk[bj], n, tile, gramTile, false)
+			} else {
+				err = kernels.SgemmPackedHalf(m, xt[i0*ld:], ld, &b.packed[bj], tile, gramTile, false)
+			}
+			if err != nil {
 				fail(err)
 				return
 			}
@@ -193,6 +229,10 @@ func (a *gramAcc) flush() error {
 			}
 			wg.Wait()
 		}
+	}
+	if b.rounded {
+		b.rr.Reset(c, k)
+		run(round, (c+roundRows-1)/roundRows)
 	}
 	run(pack, nb)
 	if firstErr == nil {

@@ -8,11 +8,25 @@ import (
 
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas64"
+
+	"github.com/tq-project/tq/quant/kernels"
 )
 
 // TestGramAccMatchesFloat64 checks the tiled float32-chunk accumulation against a naive float64
-// XᵀX, for sizes that are and are not multiples of the tile and chunk, on heavy-tailed data.
+// XᵀX, for sizes that are and are not multiples of the tile and chunk, on heavy-tailed data;
+// with rounded rows (where the CPU runs them) against the float64 XᵀX of the rows rounded to
+// bf16, to the same bound.
 func TestGramAccMatchesFloat64(t *testing.T) {
+	for _, rounded := range []bool{false, true} {
+		if rounded && !kernels.UsingBF16DP() {
+			t.Log("no AVX512-BF16 on this machine: the rounded accumulation is not tested here")
+			continue
+		}
+		t.Run(fmt.Sprintf("rounded=%v", rounded), func(t *testing.T) { testGramAcc(t, rounded) })
+	}
+}
+
+func testGramAcc(t *testing.T, rounded bool) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, tc := range []struct{ cols, rows, threads int }{{1, 3, 1}, {7, 1, 2}, {300, 300, 2}, {260, 513, 3}, {257, 40, 1}} {
 		x := make([]float32, tc.rows*tc.cols)
@@ -23,7 +37,7 @@ func TestGramAccMatchesFloat64(t *testing.T) {
 			}
 			x[i] = float32(v / math.Sqrt(0.2+rng.ExpFloat64())) // heavier tails than normal
 		}
-		a := newGramAcc(tc.cols, tc.threads)
+		a := newGramAcc(tc.cols, tc.threads, rounded)
 		// feed in uneven calls
 		for r := 0; r < tc.rows; {
 			n := min(tc.rows-r, 1+rng.IntN(600))
@@ -39,6 +53,11 @@ func TestGramAccMatchesFloat64(t *testing.T) {
 			t.Fatalf("rows %d, want %d", a.rows, tc.rows)
 		}
 		c := tc.cols
+		if rounded {
+			for i, v := range x {
+				x[i] = math.Float32frombits(uint32(kernels.RoundBF16(v)) << 16)
+			}
+		}
 		for i := 0; i < c; i++ {
 			for j := i; j < c; j++ {
 				var s, sa float64
@@ -66,18 +85,26 @@ func benchGramInput(cols, rows int) []float32 {
 }
 
 // BenchmarkGramAcc measures the accumulation of 512 rows (one calibration batch) of 2048
-// columns; BenchmarkGramGonumDsyrk the same product with gonum's float64 Dsyrk.
+// columns, from float32 rows and (where the CPU runs it) from rows rounded to bf16;
+// BenchmarkGramGonumDsyrk the same product with gonum's float64 Dsyrk.
 func BenchmarkGramAcc(b *testing.B) {
 	const cols, rows = 2048, 512
 	x := benchGramInput(cols, rows)
-	a := newGramAcc(cols, 1)
-	b.SetBytes(int64(rows * cols * 4))
-	for b.Loop() {
-		if err := a.add(x, rows); err != nil {
-			b.Fatal(err)
-		}
+	for _, rounded := range []bool{false, true} {
+		b.Run(fmt.Sprintf("rounded=%v", rounded), func(b *testing.B) {
+			if rounded && !kernels.UsingBF16DP() {
+				b.Skip("no AVX512-BF16")
+			}
+			a := newGramAcc(cols, 1, rounded)
+			b.SetBytes(int64(rows * cols * 4))
+			for b.Loop() {
+				if err := a.add(x, rows); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)*float64(rows)*float64(cols)*float64(cols+1)/2/b.Elapsed().Seconds()/1e9, "GMAC/s")
+		})
 	}
-	b.ReportMetric(float64(b.N)*float64(rows)*float64(cols)*float64(cols+1)/2/b.Elapsed().Seconds()/1e9, "GMAC/s")
 }
 
 func BenchmarkGramGonumDsyrk(b *testing.B) {

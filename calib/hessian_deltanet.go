@@ -96,9 +96,9 @@ type deltaNetAcc struct {
 	r, xz         []float32  // scratch: one head's weighted rows of a batch
 }
 
-func newDeltaNetAcc(tr *infer.DeltaNetTrace, threads int) *deltaNetAcc {
+func newDeltaNetAcc(tr *infer.DeltaNetTrace, threads int, rounded bool) *deltaNetAcc {
 	a := &deltaNetAcc{n: tr.NEmbd, dk: tr.DState, hv: tr.NVHeads, hk: tr.NKHeads}
-	vbuf, zbuf := newGramBuf(a.n), newGramBuf(a.n)
+	vbuf, zbuf := newGramBuf(a.n, rounded), newGramBuf(a.n, rounded)
 	for range headGroups(a.hv) {
 		a.v = append(a.v, newSharedGramAcc(a.n, threads, vbuf))
 		a.z = append(a.z, newSharedGramAcc(a.n, threads, zbuf))

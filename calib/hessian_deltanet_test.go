@@ -106,11 +106,11 @@ func TestDeltaNetHeadHessians(t *testing.T) {
 func testDeltaNetHeadHessians(t *testing.T, hv int) {
 	const n, dk, hk, T, pad = 12, 4, 2, 29, 3
 	groups := headGroups(hv)
-	if len(newDeltaNetAcc(newDNSynth(1, n, dk, hv, hk, 2).trace(0, 1), 1).v) != groups || groups != min(hv, 4) {
+	if len(newDeltaNetAcc(newDNSynth(1, n, dk, hv, hk, 2).trace(0, 1), 1, false).v) != groups || groups != min(hv, 4) {
 		t.Fatalf("%d heads: %d groups", hv, groups)
 	}
 	seqs := []*dnSynth{newDNSynth(1, n, dk, hv, hk, T), newDNSynth(2, n, dk, hv, hk, T)}
-	a := newDeltaNetAcc(seqs[0].trace(0, 13), 2)
+	a := newDeltaNetAcc(seqs[0].trace(0, 13), 2, false)
 	for _, s := range seqs {
 		for _, r := range [][2]int{{0, 13}, {13, T}} {
 			if err := a.add(s.trace(r[0], r[1]), T-pad); err != nil {

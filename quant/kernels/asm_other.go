@@ -103,7 +103,7 @@ func packTilesBF16AVX512(dst *uint32, src *byte, ldb int, steps int) { panic(noA
 func addF32ToF64AVX2(dst *float64, src *float32, n int)              { panic(noAsm) }
 
 func haveBF16DP() bool { return false }
-func dpKernel8x32(ks int, a *uint16, lda int, b *uint32, c *float32, ldc int, acc bool) {
+func dpKernel8x32(ks int, a *byte, lda int, b *uint32, c *float32, ldc int, acc bool) {
 	panic(noAsm)
 }
-func roundBF16AVX512(dst *uint16, src *float32, n int) { panic(noAsm) }
+func roundBF16AVX512(dst *byte, src *float32, n int) { panic(noAsm) }

@@ -3,6 +3,7 @@ package kernels
 //go:generate go run dpbf16_gen.go
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"sync/atomic"
@@ -46,7 +47,7 @@ const dpRows = 8
 // SgemmHalfRounded: a batch of activations rounded once and multiplied with many weight tiles.
 type RoundedRows struct {
 	m, k int
-	h    []uint16
+	h    []byte // little-endian bf16
 }
 
 // ld is the bf16 values of one row (k padded to whole steps).
@@ -64,12 +65,12 @@ func (s *RoundedRows) Rows() int { return s.m }
 // possibly from several goroutines over disjoint row ranges.
 func (s *RoundedRows) Reset(m, k int) {
 	s.m, s.k = m, k
-	n := (m + dpRows - 1) / dpRows * dpRows * s.ld()
+	n := 2 * (m + dpRows - 1) / dpRows * dpRows * s.ld()
 	if cap(s.h) < n {
-		s.h = make([]uint16, n)
+		s.h = make([]byte, n)
 	}
 	s.h = s.h[:n]
-	clear(s.h[m*s.ld():]) // the padding rows
+	clear(s.h[2*m*s.ld():]) // the padding rows
 }
 
 // Set rounds rows [r0, r1) of a (rows lda apart, s's k values each) into s.
@@ -78,16 +79,16 @@ func (s *RoundedRows) Set(r0, r1 int, a []float32, lda int) {
 	asm := use512()
 	for r := r0; r < r1; r++ {
 		row := a[r*lda : r*lda+k]
-		dst := s.h[r*ld : (r+1)*ld]
+		dst := s.h[2*r*ld : 2*(r+1)*ld]
 		j := 0
 		if asm && k >= 16 {
 			j = k &^ 15
 			roundBF16AVX512(&dst[0], &row[0], j)
 		}
 		for ; j < k; j++ {
-			dst[j] = RoundBF16(row[j])
+			binary.LittleEndian.PutUint16(dst[2*j:], RoundBF16(row[j]))
 		}
-		clear(dst[k:])
+		clear(dst[2*k:])
 	}
 }
 
@@ -107,7 +108,7 @@ const dpKC = 16
 // sgemmDP computes C[0:m, 0:n] (+)= A·Bᵀ from the rounded rows s and B packed by packBF16AMX
 // (n columns); kern is the block kernel (the assembly, or dpKernelGo in tests).
 func sgemmDP(s *RoundedRows, n int, bp []uint32, c []float32, ldc int, accumulate bool,
-	kern func(ks int, a []uint16, lda int, b []uint32, c []float32, ldc int, acc bool)) {
+	kern func(ks int, a []byte, lda int, b []uint32, c []float32, ldc int, acc bool)) {
 	m, ks, ld := s.m, amxSteps(s.k), s.ld()
 	var tmp [dpRows * 32]float32
 	for p0 := 0; p0 < ks; p0 += dpKC {
@@ -117,7 +118,7 @@ func sgemmDP(s *RoundedRows, n int, bp []uint32, c []float32, ldc int, accumulat
 			b := bp[(j0/32*ks+p0)*amxWordsPerStep:]
 			cols := min(32, n-j0)
 			for i0 := 0; i0 < m; i0 += dpRows {
-				a := s.h[i0*ld+p0*amxK:]
+				a := s.h[2*(i0*ld+p0*amxK):]
 				rows := min(dpRows, m-i0)
 				if rows == dpRows && cols == 32 {
 					kern(kc, a, ld, b, c[i0*ldc+j0:], ldc, acc)
@@ -137,13 +138,13 @@ func sgemmDP(s *RoundedRows, n int, bp []uint32, c []float32, ldc int, accumulat
 	}
 }
 
-// dpKernelAsm runs the assembly block kernel (8 rows of a, lda values apart, and of c; ks
-// steps).
-func dpKernelAsm(ks int, a []uint16, lda int, b []uint32, c []float32, ldc int, acc bool) {
+// dpKernelAsm runs the assembly block kernel (8 rows of a, lda bf16 values apart, and of c;
+// ks steps).
+func dpKernelAsm(ks int, a []byte, lda int, b []uint32, c []float32, ldc int, acc bool) {
 	if !haveBF16DP() {
 		panic("kernels: the AVX512-BF16 kernel called on a machine without it")
 	}
-	_ = a[(dpRows-1)*lda+ks*amxK-1]
+	_ = a[2*((dpRows-1)*lda+ks*amxK)-1]
 	_ = b[ks*amxWordsPerStep-1]
 	_ = c[(dpRows-1)*ldc+31]
 	dpKernel8x32(ks, &a[0], 2*lda, &b[0], &c[0], 4*ldc, acc)
@@ -179,4 +180,58 @@ func SgemmHalfRounded(s *RoundedRows, n int, b []byte, ldb int, c []float32, ldc
 	packBF16AMX(pack, b, ldb, n, k)
 	sgemmDP(s, n, pack, c, ldc, accumulate, dpKernelAsm)
 	return pack, nil
+}
+
+// View returns rows [r0, r0+m) of s (r0 a multiple of 8, r0+m at most s.Rows()) as rounded
+// rows sharing s's memory.
+func (s *RoundedRows) View(r0, m int) RoundedRows {
+	if r0%dpRows != 0 || r0 < 0 || m < 0 || r0+m > s.m {
+		panic(fmt.Sprintf("kernels: RoundedRows.View(%d, %d) of %d rows", r0, m, s.m))
+	}
+	return RoundedRows{m: m, k: s.k, h: s.h[2*r0*s.ld():]}
+}
+
+// PackB packs rows [r0, r0+n) of s as the B operand of SgemmRoundedPacked, each row one column
+// of B (dst is grown as needed and returned): for a product of rounded rows with themselves,
+// such as a Gram matrix XᵀX.
+func (s *RoundedRows) PackB(r0, n int, dst []uint32) []uint32 {
+	if r0 < 0 || n < 0 || r0+n > s.m {
+		panic(fmt.Sprintf("kernels: RoundedRows.PackB(%d, %d) of %d rows", r0, n, s.m))
+	}
+	ld := s.ld()
+	need := amxPackedLen(n, ld)
+	if cap(dst) < need {
+		dst = make([]uint32, need)
+	}
+	dst = dst[:need]
+	if n > 0 && ld > 0 {
+		packBF16AMX(dst, s.h[2*r0*ld:2*(r0+n)*ld], ld, n, ld) // zeros past k: whole steps
+	}
+	return dst
+}
+
+// SgemmRoundedPacked computes C[0:m, 0:n] (+)= A·Bᵀ with A the rounded rows a (m = a.Rows())
+// and B n rows of the same k packed by PackB: the float32 sums of the exact products of the
+// bf16 values. It needs the AVX512-BF16 path (UsingBF16DP).
+func SgemmRoundedPacked(a *RoundedRows, bp []uint32, n int, c []float32, ldc int, accumulate bool) error {
+	if !UsingBF16DP() {
+		return fmt.Errorf("kernels: SgemmRoundedPacked: the AVX512-BF16 path is not in use")
+	}
+	m := a.m
+	if n < 0 || len(bp) < amxPackedLen(n, a.k) || ldc < max(1, n) || !fitsMatrix(m, n, ldc, len(c)) {
+		return fmt.Errorf("kernels: SgemmRoundedPacked: %d packed words for %d columns of %d, or %d×%d C (stride %d, %d values) does not fit", len(bp), n, a.k, m, n, ldc, len(c))
+	}
+	if m == 0 || n == 0 {
+		return nil
+	}
+	if a.k == 0 {
+		if !accumulate {
+			for i := 0; i < m; i++ {
+				clear(c[i*ldc : i*ldc+n])
+			}
+		}
+		return nil
+	}
+	sgemmDP(a, n, bp, c, ldc, accumulate, dpKernelAsm)
+	return nil
 }

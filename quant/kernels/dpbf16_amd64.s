@@ -4,7 +4,7 @@
 
 #include "textflag.h"
 
-// func dpKernel8x32(ks int, a *uint16, lda int, b *uint32, c *float32, ldc int, acc bool)
+// func dpKernel8x32(ks int, a *byte, lda int, b *uint32, c *float32, ldc int, acc bool)
 // C[0:8, 0:32] (+)= A·B over ks steps of 32 k values: a holds eight rows of bf16, lda
 // bytes apart (RoundedRows), b per step two 16×16 tiles of column pairs (packBF16AMX's
 // layout), c rows ldc bytes apart. Z0-Z15 accumulate row r in Z(2r), Z(2r+1); Z16/Z17
@@ -528,7 +528,7 @@ store:
 	VZEROUPPER
 	RET
 
-// func roundBF16AVX512(dst *uint16, src *float32, n int)
+// func roundBF16AVX512(dst *byte, src *float32, n int)
 // dst[i] = RoundBF16(src[i]) for n values, n a multiple of 16: ties to even by integer
 // arithmetic, (b + 0x7fff + (b>>16 & 1)) >> 16, and NaN (|b| > 0x7f800000) as b>>16 | 0x40.
 TEXT ·roundBF16AVX512(SB), NOSPLIT, $0-24

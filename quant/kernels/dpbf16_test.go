@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"testing"
@@ -10,7 +11,7 @@ import (
 // added to the float32 accumulator one after the other (VDPBF16PS's documented order),
 // subnormal inputs read as zero and subnormal sums flushed. Hardware may round the pair
 // differently, so tests compare both with a float64 reference.
-func dpKernelGo(ks int, a []uint16, lda int, b []uint32, c []float32, ldc int, acc bool) {
+func dpKernelGo(ks int, a []byte, lda int, b []uint32, c []float32, ldc int, acc bool) {
 	for r := 0; r < dpRows; r++ {
 		for col := 0; col < 32; col++ {
 			var sum float32
@@ -21,9 +22,9 @@ func dpKernelGo(ks int, a []uint16, lda int, b []uint32, c []float32, ldc int, a
 			for s := 0; s < ks; s++ {
 				tile := b[(s*2+t)*256+cc:]
 				for kk := 0; kk < 16; kk++ {
-					w, x := tile[kk*16], a[r*lda+s*amxK+2*kk:]
-					sum = ftz(sum + bf16daz(x[0])*bf16daz(uint16(w)))
-					sum = ftz(sum + bf16daz(x[1])*bf16daz(uint16(w>>16)))
+					w, x := tile[kk*16], a[2*(r*lda+s*amxK+2*kk):]
+					sum = ftz(sum + bf16daz(binary.LittleEndian.Uint16(x))*bf16daz(uint16(w)))
+					sum = ftz(sum + bf16daz(binary.LittleEndian.Uint16(x[2:]))*bf16daz(uint16(w>>16)))
 				}
 			}
 			c[r*ldc+col] = sum
@@ -77,12 +78,12 @@ func TestRoundBF16(t *testing.T) {
 // |c0|), a float32 sum of k exact products (and C) added in any order. It returns the largest
 // error in units of 2⁻²⁴·(Σ|a·b| + |c0|).
 func dpCase(t *testing.T, name string, m, n, k int, a []float32, b []byte, c0 []float32, acc, exact bool,
-	kern func(ks int, a []uint16, lda int, b []uint32, c []float32, ldc int, acc bool)) float64 {
+	kern func(ks int, a []byte, lda int, b []uint32, c []float32, ldc int, acc bool)) float64 {
 	t.Helper()
 	var s RoundedRows
 	s.Reset(m, k)
 	for i := range s.h {
-		s.h[i] = 0xbeef // Reset and Set must leave no garbage in the padding
+		s.h[i] = 0xbe // Reset and Set must leave no garbage in the padding
 	}
 	s.Reset(m, k)
 	s.Set(0, m, a, k)
@@ -234,7 +235,7 @@ func TestRoundedRowsSet(t *testing.T) {
 			var s RoundedRows
 			s.Reset(m, k)
 			for i := range s.h {
-				s.h[i] = 0xbeef
+				s.h[i] = 0xbe
 			}
 			s.Reset(m, k)
 			s.Set(0, m, a, k)
@@ -244,11 +245,56 @@ func TestRoundedRowsSet(t *testing.T) {
 					if row < m && j < k {
 						want = RoundBF16(a[row*k+j])
 					}
-					if got := s.h[row*s.ld()+j]; got != want {
+					if got := binary.LittleEndian.Uint16(s.h[2*(row*s.ld()+j):]); got != want {
 						t.Fatalf("k=%d row %d value %d: %#x, want %#x", k, row, j, got, want)
 					}
 				}
 			}
 		}
 	})
+}
+
+// TestSgemmRoundedPacked checks the product of rounded rows with themselves (a Gram matrix's
+// tiles: View for A, PackB for B) against SgemmHalfRounded given the same rows' bf16 values as
+// B, bit for bit, on blocks with row, column and k tails; and the argument checks.
+func TestSgemmRoundedPacked(t *testing.T) {
+	if !HasBF16DP() {
+		t.Skip("no AVX512-BF16 on this machine: the VDPBF16PS kernel is not tested here")
+	}
+	for _, sh := range [][2]int{{100, 77}, {64, 512}, {300, 33}, {9, 1}} {
+		rows, k := sh[0], sh[1]
+		a, _, _ := amxOperands(uint64(rows), rows, 1, k)
+		var s RoundedRows
+		s.Reset(rows, k)
+		s.Set(0, rows, a, k)
+		for _, blk := range [][4]int{{0, rows, 0, rows}, {8, min(rows-8, 40), 3, min(rows-3, 61)}, {0, min(rows, 8), rows - 1, 1}} {
+			i0, m, j0, n := blk[0], blk[1], blk[2], blk[3]
+			if m <= 0 || n <= 0 {
+				continue
+			}
+			b := make([]byte, 2*n*k) // rows j0.. of s as a bf16 B
+			for j := 0; j < n; j++ {
+				copy(b[2*j*k:2*(j+1)*k], s.h[2*(j0+j)*s.ld():])
+			}
+			v := s.View(i0, m)
+			want := make([]float32, m*n)
+			if _, err := SgemmHalfRounded(&v, n, b, k, want, n, false, nil); err != nil {
+				t.Fatal(err)
+			}
+			got := make([]float32, m*n)
+			if err := SgemmRoundedPacked(&v, s.PackB(j0, n, nil), n, got, n, false); err != nil {
+				t.Fatal(err)
+			}
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%d×%d block (%d, %d, %d, %d): C[%d] = %g, SgemmHalfRounded %g", rows, k, i0, m, j0, n, i, got[i], want[i])
+				}
+			}
+		}
+	}
+	var s RoundedRows
+	s.Reset(16, 32)
+	if err := SgemmRoundedPacked(&s, make([]uint32, 10), 32, make([]float32, 16*32), 32, false); err == nil {
+		t.Error("SgemmRoundedPacked took a short packed B")
+	}
 }
