@@ -276,12 +276,23 @@ func SgemmHalfSplit(s *SplitRows, n int, b []byte, ldb int, c []float32, ldc int
 	if !UsingAMX() {
 		return pack, fmt.Errorf("kernels: SgemmHalfSplit: the AMX path is not in use")
 	}
-	m, k := s.m, s.k
+	pack, ok, err := packHalfB("SgemmHalfSplit", s.m, s.k, n, b, ldb, c, ldc, accumulate, pack)
+	if ok {
+		sgemmAMX(s, n, pack, c, ldc, accumulate, amxKernelAsm)
+	}
+	return pack, err
+}
+
+// packHalfB checks the shapes of a product of m activation rows (k values) with the n×k bf16
+// B (rows ldb values apart) into C, and packs B into pack (grown as needed) by packBF16AMX. It
+// reports whether the product is left to do: not for an error, for m or n zero, or for k zero
+// (C then cleared unless accumulating).
+func packHalfB(name string, m, k, n int, b []byte, ldb int, c []float32, ldc int, accumulate bool, pack []uint32) ([]uint32, bool, error) {
 	if n < 0 || ldb < max(1, k) || ldc < max(1, n) || !fitsMatrix(n, k, ldb, len(b)/2) || !fitsMatrix(m, n, ldc, len(c)) {
-		return pack, fmt.Errorf("kernels: SgemmHalfSplit: %d×%d B (stride %d, %d values) or %d×%d C (stride %d, %d values) does not fit", n, k, ldb, len(b)/2, m, n, ldc, len(c))
+		return pack, false, fmt.Errorf("kernels: %s: %d×%d B (stride %d, %d values) or %d×%d C (stride %d, %d values) does not fit", name, n, k, ldb, len(b)/2, m, n, ldc, len(c))
 	}
 	if m == 0 || n == 0 {
-		return pack, nil
+		return pack, false, nil
 	}
 	if k == 0 {
 		if !accumulate {
@@ -289,13 +300,12 @@ func SgemmHalfSplit(s *SplitRows, n int, b []byte, ldb int, c []float32, ldc int
 				clear(c[i*ldc : i*ldc+n])
 			}
 		}
-		return pack, nil
+		return pack, false, nil
 	}
 	if need := amxPackedLen(n, k); cap(pack) < need {
 		pack = make([]uint32, need)
 	}
 	pack = pack[:amxPackedLen(n, k)]
 	packBF16AMX(pack, b, ldb, n, k)
-	sgemmAMX(s, n, pack, c, ldc, accumulate, amxKernelAsm)
-	return pack, nil
+	return pack, true, nil
 }

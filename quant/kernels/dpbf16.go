@@ -158,28 +158,11 @@ func SgemmHalfRounded(s *RoundedRows, n int, b []byte, ldb int, c []float32, ldc
 	if !UsingBF16DP() {
 		return pack, fmt.Errorf("kernels: SgemmHalfRounded: the AVX512-BF16 path is not in use")
 	}
-	m, k := s.m, s.k
-	if n < 0 || ldb < max(1, k) || ldc < max(1, n) || !fitsMatrix(n, k, ldb, len(b)/2) || !fitsMatrix(m, n, ldc, len(c)) {
-		return pack, fmt.Errorf("kernels: SgemmHalfRounded: %d×%d B (stride %d, %d values) or %d×%d C (stride %d, %d values) does not fit", n, k, ldb, len(b)/2, m, n, ldc, len(c))
+	pack, ok, err := packHalfB("SgemmHalfRounded", s.m, s.k, n, b, ldb, c, ldc, accumulate, pack)
+	if ok {
+		sgemmDP(s, n, pack, c, ldc, accumulate, dpKernelAsm)
 	}
-	if m == 0 || n == 0 {
-		return pack, nil
-	}
-	if k == 0 {
-		if !accumulate {
-			for i := 0; i < m; i++ {
-				clear(c[i*ldc : i*ldc+n])
-			}
-		}
-		return pack, nil
-	}
-	if need := amxPackedLen(n, k); cap(pack) < need {
-		pack = make([]uint32, need)
-	}
-	pack = pack[:amxPackedLen(n, k)]
-	packBF16AMX(pack, b, ldb, n, k)
-	sgemmDP(s, n, pack, c, ldc, accumulate, dpKernelAsm)
-	return pack, nil
+	return pack, err
 }
 
 // View returns rows [r0, r0+m) of s (r0 a multiple of 8, r0+m at most s.Rows()) as rounded
