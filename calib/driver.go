@@ -535,6 +535,11 @@ func (r *run) fingerprint(modelDir string) string {
 	fmt.Fprintf(h, "%s\n%s %d %v %s %q %q %d\n", r.hash, o.WeightDType, o.GroupSize, !o.Asymmetric,
 		o.Method, o.LayersToQuantize, o.SkipLayers, o.UncoveredSample)
 	fmt.Fprintf(h, "hessians %v %d %d\n", !o.NoHessians, o.HessianMaxCols, max(o.ExpertHessianBytes, -1))
+	if bf16Rounded(o.ExactForward) {
+		// the rounded bf16 products change the hidden states: a run is resumed only with the
+		// arithmetic it started with (exact runs keep the fingerprint they always had)
+		fmt.Fprintf(h, "bf16 products rounded\n")
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 
