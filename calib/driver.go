@@ -98,7 +98,8 @@ type Options struct {
 	NoSensitivity bool
 	// ExactForward keeps every product of the forward exact: by default, on a CPU with
 	// AVX512-BF16 and no AMX, bf16 weights multiply activations rounded to the nearest bf16
-	// (infer.Options.BF16Products; ggml's own rounding for bf16 weights, twice the speed).
+	// (infer.Options.BF16Products; ggml's own rounding for bf16 weights, twice the speed) and
+	// the Gram matrices are taken from rows rounded the same way (gramAcc).
 	ExactForward bool
 	// NoHessians skips the input Gram matrices (HessianDir). By default every linear input
 	// of at most HessianMaxCols columns gets its full Gram matrix, as far as MemoryBudget allows.

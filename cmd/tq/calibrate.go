@@ -39,7 +39,8 @@ func init() {
 		Use:   "calibrate MODEL_DIR",
 		Short: "Collect activation statistics and search quantization parameters (quantize_config.json)",
 		Long: `calibrate runs a Hugging Face model in full precision (f32 arithmetic; BF16/F16 weights stay
-16-bit in memory and are widened exactly in the matrix products) over a
+16-bit in memory and are widened exactly in the matrix products; see below for CPUs with AMX or
+AVX512-BF16) over a
 calibration set, one transformer block at a time: every sequence goes through block i, its
 hidden states are kept (in RAM up to --memory-budget, on disk beyond), then block i+1, so only
 one block's weights are in memory. Meanwhile it accumulates, for the input of every linear layer
@@ -74,8 +75,9 @@ On Intel CPUs with AMX-BF16 (Sapphire Rapids and later, Linux) the products with
 run on AMX tiles: each activation is split into three exact bf16 pieces and the sums are f32,
 so the statistics match the AVX path's to f32 rounding. TQ_AMX=off keeps the AVX path.
 On other CPUs with AVX512-BF16 (AMD Zen 4 and later) they multiply activations rounded to the
-nearest bf16, as llama.cpp does for bf16 weights, at twice the speed of exact f32 products;
---exact-forward keeps them exact (the statistics themselves are always taken in f32).`,
+nearest bf16, as llama.cpp does for bf16 weights, at twice the speed of exact f32 products,
+and the Gram matrices are taken from rows rounded the same way; --exact-forward keeps both
+exact (the statistics themselves are always taken in f32).`,
 		Example: `  tq calibrate ./Qwen3-0.6B
   tq calibrate ./Qwen3-30B-A3B --memory-budget 24G -o calib/
   tq calibrate ./Llama-3-8B --calibration-dataset prompts.jsonl --weight-dtype int8 --group-size 64
@@ -102,7 +104,7 @@ nearest bf16, as llama.cpp does for bf16 weights, at twice the speed of exact f3
 	fl.IntVar(&f.padMultiple, "pad-multiple", calib.DefaultPadMultiple, "pad sequences to a multiple of this many tokens")
 	fl.IntVar(&f.uncovered, "uncovered-sample", calib.DefaultUncoveredSample, "MoE: tokens per layer run through never-routed experts (negative: off)")
 	fl.IntVar(&f.searchRows, "search-rows", calib.DefaultSearchRows, "rows per tensor measured for the recorded errors (negative: all)")
-	fl.BoolVar(&f.exactForward, "exact-forward", false, "keep the forward's products with BF16 weights exact on CPUs with AVX512-BF16 (slower; default: activations rounded to bf16 there, as llama.cpp does)")
+	fl.BoolVar(&f.exactForward, "exact-forward", false, "keep the forward's products with BF16 weights and the Gram matrices exact on CPUs with AVX512-BF16 (slower; default: activations rounded to bf16 there, as llama.cpp does)")
 	fl.BoolVar(&f.noBaseline, "no-baseline", false, "skip measuring the unweighted search for comparison")
 	fl.BoolVar(&f.hessians, "hessians", true, "write the input Gram matrices of every linear layer to OUT/hessians (full up to --hessian-max-cols columns)")
 	fl.BoolVar(&f.noHessians, "no-hessians", false, "do not collect the input Gram matrices (same as --hessians=false)")
