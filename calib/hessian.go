@@ -551,8 +551,32 @@ func expertsInput(id string, cols int, accs []*gramAcc) *gramInput {
 
 // writeStepHessians writes the Gram file of a finished step.
 func (r *run) writeStepHessians(g *gramCollector, names []string, ss *Stats) error {
+	save, err := r.flushStepHessians(g, names, ss)
+	if err != nil {
+		return err
+	}
+	return save()
+}
+
+// flushStepHessians adds every accumulator's pending rows and returns the function that
+// writes the step's Gram file (compression on up to gramWriters threads, then the file's
+// fsync). The returned function only reads g's matrices and ss, so it may run while the
+// step's search reads them; its time is added to g.plan.spent by the caller's goroutine
+// after it returns (see layer).
+func (r *run) flushStepHessians(g *gramCollector, names []string, ss *Stats) (func() error, error) {
 	t0 := time.Now()
 	defer func() { g.plan.spent += time.Since(t0) }()
+	if err := g.flushAll(); err != nil {
+		return nil, err
+	}
+	f := g.gramFile(names, ss)
+	path := filepath.Join(g.plan.dir, g.plan.steps[g.step].file)
+	workers := gramWriters(r.threadCount())
+	return func() error { return saveHessianFile(path, f, workers) }, nil
+}
+
+// flushAll adds the pending rows of every accumulator of the step.
+func (g *gramCollector) flushAll() error {
 	for _, a := range g.acc {
 		if err := a.flush(); err != nil {
 			return err
@@ -573,8 +597,7 @@ func (r *run) writeStepHessians(g *gramCollector, names []string, ss *Stats) err
 			}
 		}
 	}
-	f := g.gramFile(names, ss)
-	return saveHessianFile(filepath.Join(g.plan.dir, g.plan.steps[g.step].file), f, gramWriters(r.threadCount()))
+	return nil
 }
 
 // finishHessians checks that every step's Gram file is there and belongs to this run (steps

@@ -142,20 +142,43 @@ func (r *run) layer(il int) (*stepResult, *Stats, error) {
 		}
 	}
 	sample = nil
+	// The step's Gram file is compressed and written (and fsynced) while the search runs: the
+	// search only reads the statistics and the weights, the writer only the matrices and the
+	// statistics, and the step counts as finished only after both (the accumulators stay
+	// live through the search; the memory estimate has always counted both).
+	var saved chan error
+	var saveTime time.Duration
 	if gc != nil {
 		names := make([]string, len(lw.descs))
 		for i, d := range lw.descs {
 			names[i] = d.Name
 		}
-		if err := r.writeStepHessians(gc, names, ss); err != nil {
+		save, err := r.flushStepHessians(gc, names, ss)
+		if err != nil {
 			return nil, nil, err
 		}
 		col.gram = nil // the accumulators are not needed by the search
+		saved = make(chan error, 1)
+		go func() {
+			t := time.Now()
+			err := save()
+			saveTime = time.Since(t)
+			saved <- err
+		}()
+	}
+	waitSaved := func() error {
+		if saved == nil {
+			return nil
+		}
+		err := <-saved
+		saved = nil
+		gc.plan.spent += saveTime
 		gc = nil
-		// They were most of the live heap: collecting now sets the next heap goal to twice
-		// what remains rather than twice the accumulators, which bounded the garbage the
-		// search and the next step could pile up (the full calibration's peak RSS).
+		// The accumulators were most of the live heap: collecting now sets the next heap goal
+		// to twice what remains rather than twice the accumulators, which bounds the garbage
+		// the next step can pile up (the full calibration's peak RSS).
 		runtime.GC()
+		return err
 	}
 	r.progress(Progress{Stage: "search", Layer: il, Elapsed: time.Since(t0)})
 	for _, d := range lw.descs {
@@ -170,9 +193,13 @@ func (r *run) layer(il int) (*stepResult, *Stats, error) {
 		}
 		ch, err := r.search(d, read, ss)
 		if err != nil {
+			waitSaved() // no writer outlives the step; the search's error is the one reported
 			return nil, nil, err
 		}
 		sr.Choices[d.Name] = ch
+	}
+	if err := waitSaved(); err != nil {
+		return nil, nil, err
 	}
 	ss.Meta.LayersDone = il + 1
 	r.runner.Release()
