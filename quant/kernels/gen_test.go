@@ -9,7 +9,7 @@ import (
 )
 
 // TestGeneratedFilesUpToDate regenerates the register-tiled kernels (ktile_gen.go,
-// q0tile_gen.go) and the AMX kernel (amx_gen.go) in a scratch folder and requires the committed files to be byte for byte what
+// q0tile_gen.go), the AMX kernel (amx_gen.go) and the AVX512-BF16 kernel (dpbf16_gen.go) in a scratch folder and requires the committed files to be byte for byte what
 // the generators write, so an edit to a generator, or to its output by hand, cannot go
 // unnoticed.
 func TestGeneratedFilesUpToDate(t *testing.T) {
@@ -24,6 +24,7 @@ func TestGeneratedFilesUpToDate(t *testing.T) {
 		"ktile_gen.go":  {"ktile_amd64.s", "ktile_kern_amd64.go"},
 		"q0tile_gen.go": {"q0tile_amd64.s", "q0tile_kern_amd64.go"},
 		"amx_gen.go":    {"amx_amd64.s"},
+		"dpbf16_gen.go": {"dpbf16_amd64.s"},
 	} {
 		t.Run(gen, func(t *testing.T) {
 			dir := t.TempDir()
