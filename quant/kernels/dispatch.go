@@ -23,9 +23,7 @@ func Implementation() string {
 		amx := ""
 		if UsingAMX() {
 			amx = ", AMX-BF16 GEMM for bf16 weights"
-		} else if UsingBF16DP() {
-			amx = ", AVX512-BF16 GEMM for bf16 weights (rounded activations, where asked for)"
-		}
+		} // (the AVX512-BF16 GEMM is opt-in: its callers say when they use it)
 		switch {
 		case useVNNI():
 			return "amd64 AVX2+FMA+F16C assembly, AVX-512 VNNI kernels (batch and gemv) and SGEMM" + amx
