@@ -242,17 +242,29 @@ func sgemmAMX(s *SplitRows, n int, bp []uint32, c []float32, ldc int, accumulate
 					kern(kc, a0, a1, b, c[i0*ldc+j0:], ldc, acc)
 					continue
 				}
-				if acc {
-					for r := 0; r < rows; r++ {
-						copy(tmp[r*32:r*32+cols], c[(i0+r)*ldc+j0:])
-					}
-				}
-				kern(kc, a0, a1, b, tmp[:], 32, acc)
-				for r := 0; r < rows; r++ {
-					copy(c[(i0+r)*ldc+j0:(i0+r)*ldc+j0+cols], tmp[r*32:r*32+cols])
-				}
+				blk := edgeIn(tmp[:], rows, cols, c[i0*ldc+j0:], ldc, acc)
+				kern(kc, a0, a1, b, blk, 32, acc)
+				edgeOut(blk, rows, cols, c[i0*ldc+j0:], ldc)
 			}
 		}
+	}
+}
+
+// edgeIn prepares a block kernel's run on a rows×cols corner of C (fewer than the kernel's
+// rows or 32 columns) through tmp, rows of 32: with acc, C's values are copied in. edgeOut
+// copies the corner back.
+func edgeIn(tmp []float32, rows, cols int, c []float32, ldc int, acc bool) []float32 {
+	if acc {
+		for r := 0; r < rows; r++ {
+			copy(tmp[r*32:r*32+cols], c[r*ldc:])
+		}
+	}
+	return tmp
+}
+
+func edgeOut(tmp []float32, rows, cols int, c []float32, ldc int) {
+	for r := 0; r < rows; r++ {
+		copy(c[r*ldc:r*ldc+cols], tmp[r*32:r*32+cols])
 	}
 }
 

@@ -124,15 +124,9 @@ func sgemmDP(s *RoundedRows, n int, bp []uint32, c []float32, ldc int, accumulat
 					kern(kc, a, ld, b, c[i0*ldc+j0:], ldc, acc)
 					continue
 				}
-				if acc {
-					for r := 0; r < rows; r++ {
-						copy(tmp[r*32:r*32+cols], c[(i0+r)*ldc+j0:])
-					}
-				}
-				kern(kc, a, ld, b, tmp[:], 32, acc)
-				for r := 0; r < rows; r++ {
-					copy(c[(i0+r)*ldc+j0:(i0+r)*ldc+j0+cols], tmp[r*32:r*32+cols])
-				}
+				blk := edgeIn(tmp[:], rows, cols, c[i0*ldc+j0:], ldc, acc)
+				kern(kc, a, ld, b, blk, 32, acc)
+				edgeOut(blk, rows, cols, c[i0*ldc+j0:], ldc)
 			}
 		}
 	}
