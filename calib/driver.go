@@ -352,8 +352,9 @@ func Calibrate(ctx context.Context, modelDir string, opts Options) (*Result, err
 		}
 		glob.tensors[d.Name] = &infer.Tensor{Name: d.Name, Type: gguf.TypeF32, Dims: d.Shape, Data: f32Bytes(buf)}
 	}
-	r.runner, err = infer.NewLayerRunner(glob, infer.Options{Threads: opts.Threads, CtxSize: r.maxLen,
-		CacheTypeK: "f32", CacheTypeV: "f32", FullPrecision: true, BF16Products: !opts.ExactForward})
+	ro := forwardOptions(opts.ExactForward)
+	ro.Threads, ro.CtxSize = opts.Threads, r.maxLen
+	r.runner, err = infer.NewLayerRunner(glob, ro)
 	if err != nil {
 		return nil, fmt.Errorf("calib: %w", err)
 	}
@@ -812,5 +813,10 @@ func forwardPrecision(exact bool) string {
 }
 
 // bf16Rounded reports whether the forward's bf16 products take the AVX512-BF16 path with
-// rounded activations (infer.Options.BF16Products where the CPU runs it and has no AMX).
-func bf16Rounded(exact bool) bool { return !exact && !kernels.UsingAMX() && kernels.UsingBF16DP() }
+// rounded activations: infer's own decision for the options Calibrate gives the runner.
+func bf16Rounded(exact bool) bool { return forwardOptions(exact).BF16Rounded() }
+
+// forwardOptions are the arithmetic options of the calibration forward's runner.
+func forwardOptions(exact bool) infer.Options {
+	return infer.Options{CacheTypeK: "f32", CacheTypeV: "f32", FullPrecision: true, BF16Products: !exact}
+}

@@ -303,9 +303,10 @@ func (s *Session) matmulAMX(l *linear, e int, xr []float32, T int, y []float32, 
 	})
 }
 
-// bf16Rounded reports whether bf16 weights take the AVX512-BF16 path of matmulAMX
-// (Options.BF16Products on a CPU that runs it and has no AMX).
-func (o *Options) bf16Rounded() bool {
+// BF16Rounded reports whether these options make bf16 weights' batches take the AVX512-BF16
+// path of matmulAMX with rounded activations (BF16Products with FullPrecision, on a CPU that
+// runs it and has no AMX, which keeps its exact pieces).
+func (o Options) BF16Rounded() bool {
 	return o.BF16Products && o.FullPrecision && !kernels.UsingAMX() && kernels.UsingBF16DP()
 }
 
@@ -334,9 +335,9 @@ func (s *Session) matmulGemm(l *linear, e int, x []float32, T int, y []float32, 
 		xr = s.xr
 		s.roundActs(l.k.act, xr, x, T, n)
 	}
-	rounded := l.t == gguf.TypeBF16 && m.opts.bf16Rounded()
-	amx := l.t == gguf.TypeBF16 && kernels.UsingAMX() || rounded
-	if !lanes8 && amx && T >= kernels.AMXMinRows {
+	rounded := l.t == gguf.TypeBF16 && m.opts.BF16Rounded()
+	bf16Tiles := l.t == gguf.TypeBF16 && kernels.UsingAMX() || rounded // matmulAMX's weights
+	if !lanes8 && bf16Tiles && T >= kernels.AMXMinRows {
 		s.matmulAMX(l, e, xr, T, y, rounded)
 		return
 	}
@@ -344,7 +345,7 @@ func (s *Session) matmulGemm(l *linear, e int, x []float32, T int, y []float32, 
 	var packed []*kernels.PackedHalf
 	// (bf16 on the AMX or the rounded path is not kept packed: short batches, which come here,
 	// take SgemmHalf's FMA path, and long ones matmulAMX)
-	if m.opts.PackWeights && m.opts.FullPrecision && !lanes8 && !amx && (l.t == gguf.TypeBF16 || l.t == gguf.TypeF16) {
+	if m.opts.PackWeights && m.opts.FullPrecision && !lanes8 && !bf16Tiles && (l.t == gguf.TypeBF16 || l.t == gguf.TypeF16) {
 		l.mu.Lock()
 		if l.packed == nil {
 			l.packed = make([]*kernels.PackedHalf, l.nmat*nt)
