@@ -97,7 +97,9 @@ func TestHybridLlamaCppParity(t *testing.T) {
 		{"qwen35/q8_0", "qwen35", convert.Options{Types: convert.TypeOptions{OutType: "q8_0"}}, tolHybridQuant},
 	}
 	if testing.Short() {
-		cases = []pcase{cases[1], cases[2]}
+		// the share of near-exact quantized positions is a property of the quantized set, not of
+		// the turboquant file alone (about a third of its positions): keep a q8_0 one beside it
+		cases = []pcase{cases[1], cases[2], cases[6]}
 	}
 	prompt := randTokens(21, 24, 1400)
 	var positions []int
