@@ -80,17 +80,7 @@ func TestRoundBF16(t *testing.T) {
 func dpCase(t *testing.T, name string, m, n, k int, a []float32, b []byte, c0 []float32, acc, exact bool,
 	kern func(ks int, a []byte, lda int, b []uint32, c []float32, ldc int, acc bool)) float64 {
 	t.Helper()
-	var s RoundedRows
-	s.Reset(m, k)
-	for i := range s.h {
-		s.h[i] = 0xbe // Reset and Set must leave no garbage in the padding
-	}
-	s.Reset(m, k)
-	s.Set(0, m, a, k)
-	pk := make([]uint32, amxPackedLen(n, k))
-	packBF16AMX(pk, b, k, n, k)
-	c := append([]float32(nil), c0...)
-	sgemmDP(&s, n, pk, c, n, acc, kern)
+	c := dpProduct(m, n, k, a, b, c0, acc, kern)
 	worst := 0.0
 	for i := 0; i < m; i++ {
 		for j := 0; j < n; j++ {
@@ -121,6 +111,24 @@ func dpCase(t *testing.T, name string, m, n, k int, a []float32, b []byte, c0 []
 		}
 	}
 	return worst
+}
+
+// dpProduct is c0's copy (+)= a·bᵀ through RoundedRows, packBF16AMX and sgemmDP with the block
+// kernel kern (a m×k float32, b n×k bf16).
+func dpProduct(m, n, k int, a []float32, b []byte, c0 []float32, acc bool,
+	kern func(ks int, a []byte, lda int, b []uint32, c []float32, ldc int, acc bool)) []float32 {
+	var s RoundedRows
+	s.Reset(m, k)
+	for i := range s.h {
+		s.h[i] = 0xbe // Reset and Set must leave no garbage in the padding
+	}
+	s.Reset(m, k)
+	s.Set(0, m, a, k)
+	pk := make([]uint32, amxPackedLen(n, k))
+	packBF16AMX(pk, b, k, n, k)
+	c := append([]float32(nil), c0...)
+	sgemmDP(&s, n, pk, c, n, acc, kern)
+	return c
 }
 
 // dpShapes have row, column and k tails (odd k too), and k over several passes (dpKC steps).
@@ -154,13 +162,10 @@ func TestSgemmHalfRounded(t *testing.T) {
 			worst = max(worst, dpCase(t, "asm", m, n, k, a, b, c0, acc, false, dpKernelAsm))
 			dpCase(t, "asm one-hot", m, n, k, a, oneHot(uint64(si), n, k), c0, false, true, dpKernelAsm)
 
+			want := dpProduct(m, n, k, a, b, c0, acc, dpKernelAsm)
 			var s RoundedRows
 			s.Reset(m, k)
 			s.Set(0, m, a, k)
-			pk := make([]uint32, amxPackedLen(n, k))
-			packBF16AMX(pk, b, k, n, k)
-			want := append([]float32(nil), c0...)
-			sgemmDP(&s, n, pk, want, n, acc, dpKernelAsm)
 			got := append([]float32(nil), c0...)
 			if _, err := SgemmHalfRounded(&s, n, b, k, got, n, acc, nil); err != nil {
 				t.Fatal(err)
