@@ -480,13 +480,8 @@ func (g *gramCollector) gramFile(names []string, ss *Stats) *gramFileData {
 			return addInput(diagOf(id, ts, reason))
 		}
 		if a := g.acc[id]; a != nil && a.rows > 0 {
-			packed := a.g
 			return addInput(&gramInput{id: id, kind: GramFull, cols: a.cols, counts: []int64{a.rows},
-				nvals: len(packed), values: func(i0, i1 int, dst []float32) {
-					for i := i0; i < i1; i++ {
-						dst[i-i0] = float32(packed[i])
-					}
-				}})
+				nvals: packedLen(a.cols), values: a.packedValues})
 		}
 		reason, planned := s.reason[id]
 		if !planned || reason == GramReasonNone {
@@ -539,12 +534,15 @@ func expertsInput(id string, cols int, accs []*gramAcc) *gramInput {
 	per := packedLen(cols)
 	return &gramInput{id: id, kind: GramFull, cols: cols, counts: counts, nvals: len(accs) * per,
 		values: func(i0, i1 int, dst []float32) {
-			for i := i0; i < i1; i++ {
-				v := 0.0
-				if a := accs[i/per]; a != nil && a.g != nil {
-					v = a.g[i%per]
+			for i0 < i1 { // one expert's part at a time
+				e, r := i0/per, i0%per
+				n := min(i1-i0, per-r)
+				if a := accs[e]; a != nil {
+					a.packedValues(r, r+n, dst[:n])
+				} else {
+					clear(dst[:n])
 				}
-				dst[i-i0] = float32(v)
+				dst, i0 = dst[n:], i0+n
 			}
 		}}
 }

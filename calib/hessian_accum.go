@@ -2,36 +2,63 @@ package calib
 
 import (
 	"fmt"
+	"sort"
 	"sync"
 	"sync/atomic"
 
 	"github.com/tq-project/tq/quant/kernels"
 )
 
-// gramTile is the side of the square blocks of G computed by one float32 GEMM call.
+// gramTile is the largest side of the square blocks of G computed by one float32 GEMM call.
 const gramTile = 256
+
+// tileSide is the side of the tiles of a Gram matrix of c columns: the fewest blocks of at
+// most gramTile, evened out and rounded up to 16 so that the last block is not mostly padding
+// (c = 257: two blocks of 144, not 256 and 1). gridOf is the number of blocks per side.
+func tileSide(c int) int {
+	nb := (c + gramTile - 1) / gramTile
+	return min(gramTile, ((c+nb-1)/nb+15)&^15)
+}
+
+func gridOf(c int) (ts, nb int) {
+	ts = tileSide(c)
+	return ts, (c + ts - 1) / ts
+}
+
+// gramTilesLen is the float32 values of the tiles of a Gram matrix of c columns.
+func gramTilesLen(c int) int {
+	ts, nb := gridOf(c)
+	return nb * (nb + 1) / 2 * ts * ts
+}
+
+// tileOf is the index, in pairOf's order, of the tile of block row bi and block column bj
+// (bi <= bj).
+func tileOf(bi, bj int) int { return bj*(bj+1)/2 + bi }
 
 // gramChunkRows is the most rows whose products are summed in float32 before being added to
 // the float64 accumulator (see gramAcc).
 const gramChunkRows = 512
 
-// gramAcc accumulates the Gram matrix G = Σ_t x_t x_tᵀ of one linear input: the upper triangle,
-// packed row by row in float64 (row i holds columns i..cols-1), so it takes 4·cols·(cols+1)
-// bytes.
+// gramAcc accumulates the Gram matrix G = Σ_t x_t x_tᵀ of one linear input: its upper
+// triangle in float32, as the square tiles (bi ≤ bj) of a grid of ts×ts blocks (tileSide),
+// stored one after another in pairOf's order, so it takes about 2·cols·(cols+ts) bytes.
 //
 // Rows are buffered (transposed) until gramChunkRows have arrived; then the chunk's
-// contribution XᵀX is computed by the float32 GEMM of quant/kernels (AVX2/AVX-512 assembly)
-// in square tiles of the upper triangle, spread over the threads (each column block packed
-// once for all its tiles), and each tile is added to the float64 accumulator. An entry of a
-// chunk is therefore a float32 sum of at most 512 products: its rounding error is below 512·2⁻²⁴·Σ|x_i x_j| ≈ 3·10⁻⁵ of the chunk's Σ|x_i x_j| in the
-// worst case (about √512·2⁻²⁴ ≈ 1.4·10⁻⁶ typically), and the float64 sum over chunks adds
-// nothing visible. The stored file rounds to float32 anyway (relative 6·10⁻⁸).
+// contribution XᵀX is computed by the float32 GEMM of quant/kernels (AVX2/AVX-512 assembly),
+// one tile per call, spread over the threads (each column block packed once for all its
+// tiles), and the GEMM adds its products straight into the tile (accumulate), so nothing
+// is copied or widened after it. A chunk's entry is summed in float32 registers and then
+// added to the stored float32 value: over n rows the rounding error is at most about
+// n·2⁻²⁴·Σ|x_i x_j| and typically √n·2⁻²⁴ (1.5·10⁻⁵ of Σ|x_i x_j| for 10⁶ rows), below
+// the float32 the file stores and far below the calibration's sampling noise. (Until
+// 2026-12-04 each chunk's tile was added to a float64 triangle: twice the memory, and a
+// pass over it per chunk that cost about a tenth of the full calibration's CPU time.)
 //
 // With rounded set (the calibration's bf16 products on AVX512-BF16, bf16Rounded) a chunk's
-// rows are rounded to bf16 once and the tiles are the float32 sums of the exact products of
+// rows are rounded to bf16 once and the tiles get the float32 sums of the exact products of
 // the rounded values (kernels.SgemmRoundedPacked, twice the float32 GEMM's rate there): an
-// entry then moves by at most about 2⁻⁸ of the chunk's Σ|x_i x_j|, and the diagonal's
-// expected bias is about 2⁻¹⁸/3 of itself; the float64 sums over chunks are as above.
+// entry then moves by at most about 2⁻⁸ of its Σ|x_i x_j|, and the diagonal's expected bias
+// is about 2⁻¹⁸/3 of itself; the float32 sums are as above.
 //
 // The pending-row buffer may be shared by several accumulators of the same width (the routed
 // experts of one input, which are fed one after another): adding rows to one of them first
@@ -40,7 +67,7 @@ type gramAcc struct {
 	cols    int
 	threads int
 	rows    int64     // rows added (pending included)
-	g       []float64 // allocated with the first row
+	g       []float32 // the tiles, allocated with the first row
 	buf     *gramBuf
 }
 
@@ -49,8 +76,7 @@ type gramBuf struct {
 	xt      []float32 // pending rows, transposed: column i of row r at xt[i*gramChunkRows+r]
 	pending int
 	owner   *gramAcc             // the accumulator whose rows are pending
-	tile    [][]float32          // per worker: one gramTile² block
-	packed  []kernels.PackedHalf // per column block of gramTile: its pending rows packed for the GEMM
+	packed  []kernels.PackedHalf // per column block (tileSide wide): its pending rows packed for the GEMM
 	rounded bool                 // the tiles from the rows rounded to bf16 (see gramAcc)
 	rr      kernels.RoundedRows  // rounded: the pending rows (of xt) rounded
 	pk      [][]uint32           // rounded: per column block, its rounded rows packed
@@ -80,11 +106,11 @@ func packedRow(n, i int) int { return i*n - i*(i-1)/2 }
 func gramAccBytes(cols, threads int) int64 { return gramAccsBytes(cols, 1, threads) }
 
 // gramAccsBytes is the memory of nmat accumulators of cols columns sharing one buffer.
-func gramAccsBytes(cols, nmat, threads int) int64 {
+func gramAccsBytes(cols, nmat, _ int) int64 {
 	c := int64(cols)
-	nb := (c + gramTile - 1) / gramTile
-	return int64(nmat)*4*c*(c+1) + 4*c*gramChunkRows + int64(max(threads, 1))*4*gramTile*gramTile +
-		4*(c+16*nb)*gramChunkRows // the packed column blocks (16-row panels; rounded: the rounded and the packed rows, less)
+	_, nb := gridOf(cols)
+	return int64(nmat)*4*int64(gramTilesLen(cols)) + 4*c*gramChunkRows +
+		4*(c+16*int64(nb))*gramChunkRows // the packed column blocks (16-row panels; rounded: the rounded and the packed rows, less)
 }
 
 // add accumulates n rows of x (row-major, cols each); the last chunk waits for flush.
@@ -106,7 +132,7 @@ func (a *gramAcc) add(x []float32, n int) error {
 		b.owner = a
 	}
 	if a.g == nil {
-		a.g = make([]float64, packedLen(c))
+		a.g = make([]float32, gramTilesLen(c))
 	}
 	for r0 := 0; r0 < n; {
 		k := min(n-r0, gramChunkRows-b.pending)
@@ -136,12 +162,9 @@ func (a *gramAcc) flush() error {
 	b.pending = 0
 	c, ld := a.cols, gramChunkRows
 	xt := b.xt
-	nb := (c + gramTile - 1) / gramTile
+	ts, nb := gridOf(c)
 	npairs := nb * (nb + 1) / 2
 	threads := max(1, min(a.threads, npairs))
-	for len(b.tile) < threads {
-		b.tile = append(b.tile, make([]float32, gramTile*gramTile))
-	}
 	if len(b.packed) < nb {
 		b.packed = append(b.packed, make([]kernels.PackedHalf, nb-len(b.packed))...)
 	}
@@ -177,43 +200,37 @@ func (a *gramAcc) flush() error {
 			if bj >= nb {
 				return
 			}
-			j0 := bj * gramTile
+			j0 := bj * ts
 			if b.rounded {
-				b.pk[bj] = b.rr.PackB(j0, min(gramTile, c-j0), b.pk[bj])
+				b.pk[bj] = b.rr.PackB(j0, min(ts, c-j0), b.pk[bj])
 				continue
 			}
-			if err := b.packed[bj].SetF32(min(gramTile, c-j0), k, xt[j0*ld:], ld); err != nil {
+			if err := b.packed[bj].SetF32(min(ts, c-j0), k, xt[j0*ld:], ld); err != nil {
 				fail(err)
 				return
 			}
 		}
 	}
-	work := func(w int) {
-		tile := b.tile[w]
+	work := func(int) {
 		for {
 			p := int(next.Add(1) - 1)
 			if p >= npairs {
 				return
 			}
 			bi, bj := pairOf(p, nb)
-			i0, j0 := bi*gramTile, bj*gramTile
-			m, n := min(gramTile, c-i0), min(gramTile, c-j0)
+			i0, j0 := bi*ts, bj*ts
+			m, n := min(ts, c-i0), min(ts, c-j0)
+			tile := a.g[p*ts*ts : (p+1)*ts*ts]
 			var err error
 			if b.rounded {
 				v := b.rr.View(i0, m)
-				err = kernels.SgemmRoundedPacked(&v, b.pk[bj], n, tile, gramTile, false)
+				err = kernels.SgemmRoundedPacked(&v, b.pk[bj], n, tile, ts, true)
 			} else {
-				err = kernels.SgemmPackedHalf(m, xt[i0*ld:], ld, &b.packed[bj], tile, gramTile, false)
+				err = kernels.SgemmPackedHalf(m, xt[i0*ld:], ld, &b.packed[bj], tile, ts, true)
 			}
 			if err != nil {
 				fail(err)
 				return
-			}
-			for r := 0; r < m; r++ {
-				i := i0 + r
-				c0 := max(0, i-j0) // the diagonal block keeps j >= i
-				src := tile[r*gramTile+c0 : r*gramTile+n]
-				kernels.AddF32ToF64(a.g[packedRow(c, i)+j0+c0-i:][:len(src)], src)
 			}
 		}
 	}
@@ -239,6 +256,44 @@ func (a *gramAcc) flush() error {
 		run(work, npairs)
 	}
 	return firstErr
+}
+
+// at is G[i][j] (i <= j) as accumulated so far (rows still pending excluded).
+func (a *gramAcc) at(i, j int) float32 {
+	if a.g == nil {
+		return 0
+	}
+	ts := tileSide(a.cols)
+	bi, bj := i/ts, j/ts
+	return a.g[tileOf(bi, bj)*ts*ts+(i-bi*ts)*ts+j-bj*ts]
+}
+
+// packedValues writes entries [i0, i1) of the packed upper triangle (row i holding columns
+// i..cols-1, as the Gram file stores it) to dst; zeros before the first row.
+func (a *gramAcc) packedValues(i0, i1 int, dst []float32) {
+	dst = dst[:i1-i0]
+	if a.g == nil {
+		clear(dst)
+		return
+	}
+	c := a.cols
+	ts := tileSide(c)
+	// the row of entry i0: packedRow(c, i) <= i0 < packedRow(c, i+1)
+	i := sort.Search(c, func(i int) bool { return packedRow(c, i+1) > i0 })
+	j := i + i0 - packedRow(c, i)
+	for o := 0; o < len(dst); {
+		bi, bj := i/ts, j/ts
+		// the rest of row i inside tile (bi, bj), as far as dst goes
+		n := min(min(c, (bj+1)*ts)-j, len(dst)-o)
+		src := a.g[tileOf(bi, bj)*ts*ts+(i-bi*ts)*ts+j-bj*ts:][:n]
+		copy(dst[o:o+n], src)
+		o += n
+		j += n
+		if j == c {
+			i++
+			j = i
+		}
+	}
 }
 
 // pairOf maps p in [0, nb(nb+1)/2) to the block pair (bi, bj), bi <= bj, column by column

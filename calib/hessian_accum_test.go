@@ -12,8 +12,9 @@ import (
 	"github.com/tq-project/tq/quant/kernels"
 )
 
-// TestGramAccMatchesFloat64 checks the tiled float32-chunk accumulation against a naive float64
-// XᵀX, for sizes that are and are not multiples of the tile and chunk, on heavy-tailed data;
+// TestGramAccMatchesFloat64 checks the tiled float32 accumulation against a naive float64
+// XᵀX, for sizes that are and are not multiples of the tile and chunk, on heavy-tailed data,
+// and the packed triangle the Gram file is written from against the tiles;
 // with rounded rows (where the CPU runs them) against the float64 XᵀX of the rows rounded to
 // bf16, to the same bound.
 func TestGramAccMatchesFloat64(t *testing.T) {
@@ -28,7 +29,7 @@ func TestGramAccMatchesFloat64(t *testing.T) {
 
 func testGramAcc(t *testing.T, rounded bool) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, tc := range []struct{ cols, rows, threads int }{{1, 3, 1}, {7, 1, 2}, {300, 300, 2}, {260, 513, 3}, {257, 40, 1}} {
+	for _, tc := range []struct{ cols, rows, threads int }{{1, 3, 1}, {7, 1, 2}, {300, 300, 2}, {260, 513, 3}, {257, 40, 1}, {520, 1100, 2}} {
 		x := make([]float32, tc.rows*tc.cols)
 		for i := range x {
 			v := rng.NormFloat64()
@@ -53,6 +54,20 @@ func testGramAcc(t *testing.T, rounded bool) {
 			t.Fatalf("rows %d, want %d", a.rows, tc.rows)
 		}
 		c := tc.cols
+		// the packed triangle the Gram file stores, read in uneven pieces, is the tiles' G
+		packed := make([]float32, packedLen(c))
+		for i0 := 0; i0 < len(packed); {
+			i1 := min(len(packed), i0+1+rng.IntN(3*c))
+			a.packedValues(i0, i1, packed[i0:i1])
+			i0 = i1
+		}
+		for i := 0; i < c; i++ {
+			for j := i; j < c; j++ {
+				if got, want := packed[packedRow(c, i)+j-i], a.at(i, j); got != want {
+					t.Fatalf("%d columns: packed G[%d][%d] = %v, tile %v", c, i, j, got, want)
+				}
+			}
+		}
 		if rounded {
 			for i, v := range x {
 				x[i] = math.Float32frombits(uint32(kernels.RoundBF16(v)) << 16)
@@ -66,7 +81,7 @@ func testGramAcc(t *testing.T, rounded bool) {
 					s += p
 					sa += math.Abs(p)
 				}
-				got := a.g[packedRow(c, i)+j-i]
+				got := float64(a.at(i, j))
 				if math.Abs(got-s) > 2e-6*sa+1e-300 {
 					t.Fatalf("%dx%d: G[%d][%d] = %v, float64 %v (Σ|x_i x_j| %v)", tc.rows, c, i, j, got, s, sa)
 				}

@@ -131,7 +131,7 @@ func testDeltaNetHeadHessians(t *testing.T, hv int) {
 			var q float64
 			for i := 0; i < n; i++ {
 				for j := i; j < n; j++ {
-					v := acc.g[packedRow(n, i)+j-i] * dw[i] * dw[j]
+					v := float64(acc.at(i, j)) * dw[i] * dw[j]
 					if i != j {
 						v *= 2
 					}

@@ -100,7 +100,6 @@ func amxKernel32x32BF16(ks int, a0, a1 *uint16, b *uint32, c *float32, ldc int, 
 }
 func splitBF16x3AVX512(dst *uint16, src *float32, steps int)         { panic(noAsm) }
 func packTilesBF16AVX512(dst *uint32, src *byte, ldb int, steps int) { panic(noAsm) }
-func addF32ToF64AVX2(dst *float64, src *float32, n int)              { panic(noAsm) }
 
 func haveBF16DP() bool { return false }
 func dpKernel8x32(ks int, a *byte, lda int, b *uint32, c *float32, ldc int, acc bool) {

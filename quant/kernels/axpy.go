@@ -36,22 +36,3 @@ func ScaleF32(y []float32, a float32) {
 		y[i] *= a
 	}
 }
-
-// AddF32ToF64 sets dst[i] += float64(src[i]) (the widening is exact, so the assembly and Go
-// paths agree bit for bit). src must be at least as long as dst.
-func AddF32ToF64(dst []float64, src []float32) {
-	n := len(dst)
-	if len(src) < n {
-		lengthPanic("AddF32ToF64", "len(src) = %d < len(dst) = %d", len(src), n)
-	}
-	if n == 0 {
-		return
-	}
-	if useAsm() {
-		addF32ToF64AVX2(&dst[0], &src[0], n)
-		return
-	}
-	for i := range dst {
-		dst[i] += float64(src[i])
-	}
-}

@@ -49,35 +49,3 @@ func TestAxpyScaleAsmMatchesGo(t *testing.T) {
 		}
 	}
 }
-
-// TestAddF32ToF64 checks the assembly against the Go loop bit for bit (lengths around the
-// 8-wide body, heavy-tailed values) and the length check.
-func TestAddF32ToF64(t *testing.T) {
-	r := newRNG(5)
-	for _, n := range []int{0, 1, 7, 8, 9, 16, 23, 256, 1001} {
-		src := randFloats(r, n+3, true, 1)
-		base := make([]float64, n)
-		for i := range base {
-			base[i] = r.NormFloat64() * 1e3
-		}
-		want := append([]float64(nil), base...)
-		for i := range want {
-			want[i] += float64(src[i])
-		}
-		forEachImpl(t, func(t *testing.T) {
-			got := append([]float64(nil), base...)
-			AddF32ToF64(got, src)
-			for i := range got {
-				if math.Float64bits(got[i]) != math.Float64bits(want[i]) {
-					t.Fatalf("n=%d: dst[%d] = %v, want %v", n, i, got[i], want[i])
-				}
-			}
-		})
-	}
-	defer func() {
-		if recover() == nil {
-			t.Error("AddF32ToF64 accepted a short src")
-		}
-	}()
-	AddF32ToF64(make([]float64, 4), make([]float32, 3))
-}
