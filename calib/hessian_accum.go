@@ -51,7 +51,7 @@ const gramChunkRows = 512
 // added to the stored float32 value: over n rows the rounding error is at most about
 // n·2⁻²⁴·Σ|x_i x_j| and typically √n·2⁻²⁴ (1.5·10⁻⁵ of Σ|x_i x_j| for 10⁶ rows), below
 // the float32 the file stores and far below the calibration's sampling noise. (Until
-// 2026-12-04 each chunk's tile was added to a float64 triangle: twice the memory, and a
+// 2026-12-03 each chunk's tile was added to a float64 triangle: twice the memory, and a
 // pass over it per chunk that cost about a tenth of the full calibration's CPU time.)
 //
 // With rounded set (the calibration's bf16 products on AVX512-BF16, bf16Rounded) a chunk's

@@ -12,6 +12,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/tq-project/tq/quant/kernels"
 )
 
 // Gram file format (docs/calibration.md, "Input Gram matrices"): one file per step
@@ -238,11 +240,9 @@ func writeGram(w io.Writer, f *gramFileData, workers int) error {
 		}
 		v := s.vals[:j.i1-j.i0]
 		in.values(j.i0, j.i1, v)
-		for i, x := range v {
-			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-				s.err = fmt.Errorf("input %s: value %d is %v", in.id, j.i0+i, x)
-				return
-			}
+		if i := kernels.FirstNonFinite(v); i >= 0 {
+			s.err = fmt.Errorf("input %s: value %d is %v", in.id, j.i0+i, v[i])
+			return
 		}
 		shuffle(s.plane[:4*len(v)], v)
 		s.comp = enc.EncodeAll(s.plane[:4*len(v)], s.comp[:0])
