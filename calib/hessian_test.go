@@ -184,16 +184,24 @@ func checkExpertReconstruction(t *testing.T, name string, e int, h *mat.SymDense
 			if i != j {
 				want = lambda * math.Sqrt(di*dj) * ref[i*n+j] / math.Sqrt(ref[i*n+i]*ref[j*n+j])
 			}
-			if got := h.At(i, j); math.Abs(got-want) > 1e-5*math.Sqrt(di*dj)+1e-30 {
+			if got := h.At(i, j); math.Abs(got-want) > expertTol*math.Sqrt(di*dj)+1e-30 {
 				t.Fatalf("%s expert %d (%v rows, λ %.3f): H[%d][%d] = %v, reference %v", name, e, ne, lambda, i, j, got, want)
 			}
 		}
 	}
 }
 
-// gramTol is the tolerance of a stored H entry relative to √(H_ii H_jj): the float32 partial
-// sums of at most 512 rows (≤ 3e-5 worst case, ~1e-6 typical) and float32 storage (6e-8).
-const gramTol = 2e-5
+// gramTol is the tolerance of a stored H entry relative to √(H_ii H_jj): the float32 sums
+// (~1e-6 typical for these row counts) and the file's 3-byte storage (gramStoreTol).
+const gramTol = 2e-5 + gramStoreTol
+
+// gramStoreTol is the most a value moves, relative to itself, when a version-3 Gram file
+// stores it (round24: 15 mantissa bits, 2⁻¹⁶).
+const gramStoreTol = 1.0 / 65536
+
+// expertTol bounds an expert's reconstructed H entry relative to √(H_ii H_jj): the float32
+// sums, and the storage of the two stored matrices it mixes.
+const expertTol = 1e-5 + 2*gramStoreTol
 
 // checkHessians compares the Gram matrices written by a calibration with the float64
 // references of a full forward pass: every non-expert weight's H = G/n (n = its valid rows),
@@ -332,7 +340,7 @@ func checkHessians(t *testing.T, res *Result, gv *gramObserver, nv *naiveObserve
 						}
 						want = wt*ge[i*n+j]/ne + (1-wt)*prior
 					}
-					if got := h.At(i, j); math.Abs(got-want) > 1e-5*math.Sqrt(di*dj)+1e-30 || h.At(j, i) != got {
+					if got := h.At(i, j); math.Abs(got-want) > expertTol*math.Sqrt(di*dj)+1e-30 || h.At(j, i) != got {
 						t.Fatalf("%s expert %d (%v rows, w %.3f): H[%d][%d] = %v, reference %v", name, e, ne, wt, i, j, got, want)
 					}
 				}
@@ -481,7 +489,7 @@ func TestHessianBudgetFallback(t *testing.T) {
 			}
 			ts := res.Stats.Tensors[name]
 			for c, v := range vals {
-				if v != float32(ts.SumSq[c]) {
+				if v != stored24(float32(ts.SumSq[c])) {
 					t.Fatalf("%s: diagonal %d = %v, statistics %v", name, c, v, ts.SumSq[c])
 				}
 			}
@@ -523,6 +531,13 @@ func TestHessianBudgetFallback(t *testing.T) {
 // testGramFile returns a small Gram file with a full input, a diagonal one and per-expert
 // diagonals, and the values written.
 func testGramFile(t testing.TB, cols int) ([]byte, *gramFileData, map[string][]float32) {
+	return testGramFileVersion(t, cols, GramVersion)
+}
+
+// stored24 is the float32 a version-3 Gram file gives back for v.
+func stored24(v float32) float32 { return math.Float32frombits(round24(v) << 8) }
+
+func testGramFileVersion(t testing.TB, cols int, ver uint32) ([]byte, *gramFileData, map[string][]float32) {
 	rng := rand.New(rand.NewPCG(8, 9))
 	vals := map[string][]float32{}
 	mk := func(id string, kind, reason, cols int, counts []int64) *gramInput {
@@ -559,7 +574,7 @@ func testGramFile(t testing.TB, cols int) ([]byte, *gramFileData, map[string][]f
 	f.weights = []gramWeight{{"blk.3.attn_q.weight", 0, -1}, {"blk.3.ffn_down.weight", 1, -1}, {"blk.3.ffn_up_exps.weight", 0, 2},
 		{"blk.3.ffn_down_exps.weight", -1, 3}}
 	var buf bytes.Buffer
-	if err := writeGram(&buf, f, 1); err != nil {
+	if err := writeGramVersion(&buf, f, 1, ver); err != nil {
 		t.Fatal(err)
 	}
 	return buf.Bytes(), f, vals
@@ -590,10 +605,24 @@ func TestGramFileWorkers(t *testing.T) {
 	}
 }
 
-// TestGramFileRoundTrip writes a Gram file and reads every input back bit for bit, then
-// checks For on a set made of it (H = G/n, the expert reconstruction).
+// TestGramFileRoundTrip writes a Gram file and reads every input back bit for bit (version 3:
+// each value as round24 keeps it; version 2, which is still read: unchanged), then checks For
+// on a set made of it (H = G/n, the expert reconstruction).
 func TestGramFileRoundTrip(t *testing.T) {
-	b, f, vals := testGramFile(t, 1500) // the full input takes several chunks
+	for _, ver := range []uint32{2, GramVersion} {
+		t.Run(fmt.Sprintf("version=%d", ver), func(t *testing.T) { testGramFileRoundTrip(t, ver) })
+	}
+}
+
+func testGramFileRoundTrip(t *testing.T, ver uint32) {
+	b, f, vals := testGramFileVersion(t, 1500, ver) // the full input takes several chunks
+	if ver >= 3 {
+		for _, v := range vals {
+			for i := range v {
+				v[i] = stored24(v[i])
+			}
+		}
+	}
 	ix, err := parseGram(bytes.NewReader(b), int64(len(b)), "x.gram")
 	if err != nil {
 		t.Fatal(err)
@@ -746,11 +775,21 @@ func shuffleBytes(dst, src []byte) {
 	}
 }
 
-// replaceChunk rebuilds file b with chunk ci of input in replaced by the given raw bytes.
+// replaceChunk rebuilds file b with chunk ci of input in replaced by the given float32 values
+// (little-endian bytes), stored as the file's version stores them.
 func replaceChunk(t testing.TB, b []byte, ix *gramIndex, in, ci int, raw []byte) []byte {
 	ch := ix.inputs[in].chunks[ci]
 	plane := make([]byte, len(raw))
 	shuffleBytes(plane, raw)
+	if gramValueBytes(ix.version) == 3 {
+		v := make([]float32, len(raw)/4)
+		for i := range v {
+			v[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+		}
+		raw = raw[:3*len(v)] // only its length is used below
+		plane = plane[:3*len(v)]
+		shuffle3(plane, v)
+	}
 	comp := recompressForTest(t, plane)
 	var out bytes.Buffer
 	out.Write(b[:ch.off-8])
@@ -867,6 +906,8 @@ func FuzzHessianFile(f *testing.F) {
 	b, _, _ := testGramFile(f, 24)
 	f.Add(b)
 	f.Add(b[:200])
+	b2, _, _ := testGramFileVersion(f, 24, 2)
+	f.Add(b2)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ix, err := parseGram(bytes.NewReader(data), int64(len(data)), "fuzz.gram")
 		if err != nil {
@@ -900,5 +941,42 @@ func TestLayerList(t *testing.T) {
 		if got := layerList(tc.ls); got != tc.want {
 			t.Errorf("%v: %q, want %q", tc.ls, got, tc.want)
 		}
+	}
+}
+
+// TestRound24 checks version 3's value rounding against float64: nearest with ties to even at
+// 15 mantissa bits (relative change at most 2⁻¹⁶ for normal numbers), exact for values that fit, finite values
+// at the top of the range truncated instead of becoming infinite, and NaN/Inf kept.
+func TestRound24(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for k := 0; k < 200000; k++ {
+		v := float32(rng.NormFloat64() * math.Exp(rng.NormFloat64()*20))
+		got := stored24(v)
+		// the two neighbours of v at 15 mantissa bits, and the nearer one (ties: even)
+		lo := math.Float32frombits(math.Float32bits(v) &^ 0xff)
+		hi := math.Float32frombits(math.Float32bits(lo) + 0x100)
+		want := lo
+		dlo, dhi := math.Abs(float64(v)-float64(lo)), math.Abs(float64(hi)-float64(v))
+		if dhi < dlo || (dhi == dlo && (math.Float32bits(lo)>>8)&1 == 1) {
+			want = hi
+		}
+		normal := math.Abs(float64(v)) >= math.Exp2(-126) // subnormals: an absolute step
+		if got != want || (normal && math.Abs(float64(got)-float64(v)) > math.Abs(float64(v))*math.Exp2(-16)) {
+			t.Fatalf("%v (%#x): got %v, want %v", v, math.Float32bits(v), got, want)
+		}
+	}
+	for _, v := range []float32{0, 1, -2.5, 1 << 20, float32(math.Copysign(0, -1))} {
+		if got := stored24(v); math.Float32bits(got) != math.Float32bits(v) {
+			t.Errorf("%v stored as %v", v, got)
+		}
+	}
+	if got := stored24(math.MaxFloat32); math.IsInf(float64(got), 0) || got < math.MaxFloat32*(1-1.0/32768) {
+		t.Errorf("MaxFloat32 stored as %v", got)
+	}
+	if got := stored24(float32(math.Inf(-1))); !math.IsInf(float64(got), -1) {
+		t.Errorf("-Inf stored as %v", got)
+	}
+	if got := stored24(float32(math.NaN())); !math.IsNaN(float64(got)) {
+		t.Errorf("NaN stored as %v", got)
 	}
 }

@@ -20,7 +20,7 @@ import (
 // (hessians/blk.N.gram, hessians/output.gram), little-endian throughout:
 //
 //	magic      "TQGRAM\x00\x00"
-//	version    uint32 (2; version 1 files are read too)
+//	version    uint32 (3; versions 1 and 2 are read too)
 //	layer      int32 (-1: the LM head's input)
 //	run        32 bytes (the run id, shared by every file of one calibration)
 //	n_weights  uint32, n_inputs uint32
@@ -30,12 +30,14 @@ import (
 //	             id_len uint16, id
 //	             kind uint8 (0: full upper triangle of G, 1: diagonal), reason uint8
 //	             cols uint32, nmat uint32, counts nmat × int64
-//	             values: float32, nmat × cols·(cols+1)/2 (full: per matrix, row i holds
+//	             values: nmat × cols·(cols+1)/2 (full: per matrix, row i holds
 //	               G[i][i..cols-1]; nmat > 1 for routed experts, one matrix per expert) or
-//	               nmat·cols (diagonal: Σx² per matrix), as chunks of
+//	               nmat·cols (diagonal: Σx² per matrix), each stored as the top 3 bytes of
+//	               its float32 rounded to nearest even at bit 8 (version 3; versions 1 and
+//	               2: all 4 bytes), as chunks of
 //	               { raw uint32 (bytes), comp uint32, comp bytes: a zstd frame of the
-//	                 chunk's bytes split into 4 planes (byte k of every float32 in plane k) }
-//	             until raw bytes add up to 4 × the number of values; a chunk of a full
+//	                 chunk's bytes split into planes (stored byte k of every value in plane k) }
+//	             until raw bytes add up to the stored bytes of the values; a chunk of a full
 //	             input never spans two matrices, so one expert's matrix reads alone }
 //	end        "TQGEND\x00\x00" (the last bytes of the file)
 //
@@ -44,8 +46,11 @@ import (
 // GramMagic starts every Gram file.
 const GramMagic = "TQGRAM\x00\x00"
 
-// GramVersion is the format version written.
-const GramVersion = 2
+// GramVersion is the format version written. Version 3 stores each value in 3 bytes (its
+// float32 rounded to 15 mantissa bits, a relative change of at most 2⁻¹⁶, below the
+// accumulation's own rounding over a long calibration and far below what the matrices are
+// used for); versions 1 and 2 store 4.
+const GramVersion = 3
 
 // minGramVersion is the oldest version read: version 1 differs only in allowing one matrix
 // per full input.
@@ -128,9 +133,27 @@ type gramFileData struct {
 	inputs  []*gramInput
 }
 
+// gramValueBytes is the bytes a value takes in a file of version ver.
+func gramValueBytes(ver uint32) int {
+	if ver >= 3 {
+		return 3
+	}
+	return 4
+}
+
 // writeGram encodes f into w, compressing up to workers chunks at a time. Each chunk is an
 // independent zstd frame, so the bytes do not depend on workers; each takes gramWriterBytes.
 func writeGram(w io.Writer, f *gramFileData, workers int) error {
+	return writeGramVersion(w, f, workers, GramVersion)
+}
+
+// writeGramVersion is writeGram for format version ver (2 or 3; the tests write version 2 to
+// check that it is still read).
+func writeGramVersion(w io.Writer, f *gramFileData, workers int, ver uint32) error {
+	if ver != 2 && ver != 3 {
+		return fmt.Errorf("cannot write Gram file version %d", ver)
+	}
+	vb := gramValueBytes(ver)
 	if len(f.weights) > maxGramEntries || len(f.inputs) > maxGramEntries {
 		return fmt.Errorf("%d weights and %d inputs exceed the format's limit", len(f.weights), len(f.inputs))
 	}
@@ -163,7 +186,7 @@ func writeGram(w io.Writer, f *gramFileData, workers int) error {
 		return uint32(i)
 	}
 	bw.WriteString(GramMagic)
-	u32(GramVersion)
+	u32(ver)
 	u32(uint32(int32(f.layer)))
 	bw.Write(f.run[:])
 	u32(uint32(len(f.weights)))
@@ -236,7 +259,7 @@ func writeGram(w io.Writer, f *gramFileData, workers int) error {
 		in := f.inputs[j.in]
 		if s.vals == nil {
 			s.vals = make([]float32, chunk)
-			s.plane = make([]byte, 4*chunk)
+			s.plane = make([]byte, vb*chunk)
 		}
 		v := s.vals[:j.i1-j.i0]
 		in.values(j.i0, j.i1, v)
@@ -244,8 +267,12 @@ func writeGram(w io.Writer, f *gramFileData, workers int) error {
 			s.err = fmt.Errorf("input %s: value %d is %v", in.id, j.i0+i, v[i])
 			return
 		}
-		shuffle(s.plane[:4*len(v)], v)
-		s.comp = enc.EncodeAll(s.plane[:4*len(v)], s.comp[:0])
+		if vb == 3 {
+			shuffle3(s.plane[:3*len(v)], v)
+		} else {
+			shuffle(s.plane[:4*len(v)], v)
+		}
+		s.comp = enc.EncodeAll(s.plane[:vb*len(v)], s.comp[:0])
 	}
 	for b0 := 0; b0 < len(jobs); b0 += len(slots) {
 		batch := jobs[b0:min(b0+len(slots), len(jobs))]
@@ -272,7 +299,7 @@ func writeGram(w io.Writer, f *gramFileData, workers int) error {
 			if len(s.comp) > maxGramComp {
 				return fmt.Errorf("input %s: a compressed chunk of %d bytes exceeds the format's limit", f.inputs[j.in].id, len(s.comp))
 			}
-			u32(uint32(4 * (j.i1 - j.i0)))
+			u32(uint32(vb * (j.i1 - j.i0)))
 			u32(uint32(len(s.comp)))
 			bw.Write(s.comp)
 		}
@@ -301,6 +328,41 @@ func shuffle(dst []byte, src []float32) {
 		dst[n+i] = byte(b >> 8)
 		dst[2*n+i] = byte(b >> 16)
 		dst[3*n+i] = byte(b >> 24)
+	}
+}
+
+// round24 is the top 3 bytes of v's bits rounded to nearest even at bit 8; a finite v that
+// would round to infinity is truncated instead.
+func round24(v float32) uint32 {
+	b := math.Float32bits(v)
+	r := (b + 0x7f + (b>>8)&1) >> 8
+	if r&0x7f8000 == 0x7f8000 && b&0x7f800000 != 0x7f800000 {
+		return b >> 8
+	}
+	return r
+}
+
+// shuffle3 is shuffle for version 3: the 3 bytes of round24 of each value, by plane.
+func shuffle3(dst []byte, src []float32) {
+	n := len(src)
+	dst = dst[:3*n]
+	for i, v := range src {
+		b := round24(v)
+		dst[i] = byte(b)
+		dst[n+i] = byte(b >> 8)
+		dst[2*n+i] = byte(b >> 16)
+	}
+}
+
+// unshuffle3 rebuilds the float32 bits (low byte 0) of version 3's planes into dst (4 bytes
+// per value).
+func unshuffle3(dst, src []byte) {
+	n := len(src) / 3
+	for i := 0; i < n; i++ {
+		dst[4*i] = 0
+		dst[4*i+1] = src[i]
+		dst[4*i+2] = src[n+i]
+		dst[4*i+3] = src[2*n+i]
 	}
 }
 
@@ -346,6 +408,7 @@ func (in *gramIndexInput) matValues() int {
 type gramIndex struct {
 	path    string
 	size    int64
+	version uint32
 	layer   int
 	run     [32]byte
 	weights []gramWeight
@@ -355,10 +418,11 @@ type gramIndex struct {
 // gramParser reads the structure of a Gram file through ReadAt, bounding every field by the
 // file size and the format's limits.
 type gramParser struct {
-	r    io.ReaderAt
-	size int64
-	off  int64
-	buf  [8]byte
+	r       io.ReaderAt
+	size    int64
+	off     int64
+	version uint32
+	buf     [8]byte
 }
 
 func (p *gramParser) errf(format string, a ...any) error {
@@ -444,11 +508,12 @@ func (p *gramParser) parse() (*gramIndex, error) {
 	if ver < minGramVersion || ver > GramVersion {
 		return nil, p.errf("unsupported version %d (this tq reads %d to %d)", ver, minGramVersion, GramVersion)
 	}
+	p.version = ver
 	layer, err := p.u32("layer")
 	if err != nil {
 		return nil, err
 	}
-	ix := &gramIndex{layer: int(int32(layer))}
+	ix := &gramIndex{layer: int(int32(layer)), version: ver}
 	if ix.layer < -1 || ix.layer >= maxRoutingLayer {
 		return nil, p.errf("layer %d out of range", ix.layer)
 	}
@@ -596,9 +661,10 @@ func (p *gramParser) input(i uint32) (*gramIndexInput, error) {
 		}
 		in.counts[e] = c
 	}
-	segs, segBytes := 1, int64(in.nvals)*4 // chunks never span two segments (full: matrices)
+	vb := int64(gramValueBytes(p.version))
+	segs, segBytes := 1, int64(in.nvals)*vb // chunks never span two segments (full: matrices)
 	if in.kind == GramFull {
-		segs, segBytes = int(nmat), int64(packedLen(in.cols))*4
+		segs, segBytes = int(nmat), int64(packedLen(in.cols))*vb
 		in.matChunk = make([]int, 0, nmat+1)
 	}
 	for m := 0; m < segs; m++ {
@@ -628,8 +694,9 @@ func (p *gramParser) chunks(in *gramIndexInput, segBytes int64) error {
 		if err != nil {
 			return err
 		}
-		if raw == 0 || raw%4 != 0 || raw > gramChunkBytes || int64(raw) > left {
-			return p.errf("input %s: chunk of %d bytes (%d left, at most %d, a multiple of 4)", id, raw, left, gramChunkBytes)
+		vb := uint32(gramValueBytes(p.version))
+		if raw == 0 || raw%vb != 0 || raw > gramChunkBytes || int64(raw) > left {
+			return p.errf("input %s: chunk of %d bytes (%d left, at most %d, a multiple of %d)", id, raw, left, gramChunkBytes, vb)
 		}
 		if comp == 0 || comp > maxGramComp || int64(comp) > p.size-p.off {
 			return p.errf("input %s: compressed chunk of %d bytes does not fit the file", id, comp)
@@ -674,7 +741,8 @@ func readGramValues(r io.ReaderAt, ix *gramIndex, in *gramIndexInput, m int, dst
 		maxRaw = max(maxRaw, ch.raw) // ≤ gramChunkBytes (parseGram)
 	}
 	var comp []byte
-	raw := make([]byte, maxRaw)
+	vb := gramValueBytes(ix.version)
+	raw := make([]byte, maxRaw/vb*4)
 	plane := make([]byte, maxRaw)
 	pos := 0
 	for ci, ch := range chunks {
@@ -692,9 +760,13 @@ func readGramValues(r io.ReaderAt, ix *gramIndex, in *gramIndexInput, m int, dst
 		if len(out) != ch.raw {
 			return fail("chunk %d holds %d bytes, its header says %d", ci, len(out), ch.raw)
 		}
-		raw = raw[:ch.raw]
-		unshuffle(raw, out)
-		n := ch.raw / 4
+		n := ch.raw / vb
+		raw = raw[:4*n]
+		if vb == 3 {
+			unshuffle3(raw, out)
+		} else {
+			unshuffle(raw, out)
+		}
 		if pos+n > len(dst) {
 			return fail("more values than %d", len(dst))
 		}
