@@ -376,7 +376,7 @@ func Calibrate(ctx context.Context, modelDir string, opts Options) (*Result, err
 	ram := int64(math.MaxInt64)
 	if opts.MemoryBudget > 0 {
 		if est > opts.MemoryBudget {
-			return nil, fmt.Errorf("calib: memory budget of %s is below what one block needs (%s: its weights in f32, buffers and runtime)",
+			return nil, fmt.Errorf("calib: memory budget of %s is below what one block needs (%s: its weights, activation buffers and runtime)",
 				fmtBytes(opts.MemoryBudget), fmtBytes(est))
 		}
 	}
