@@ -79,7 +79,7 @@ func TestRSSChild(t *testing.T) {
 // at 336 MiB some must, and the peak must still stay within the budget.
 func TestPeakRSSWithinBudget(t *testing.T) {
 	if os.Getenv("TQ_CALIB_RSS") != "1" {
-		t.Skip("opt-in: set TQ_CALIB_RSS=1 (generates a ~0.7 GB model and runs for minutes)")
+		t.Skip("opt-in: set TQ_CALIB_RSS=1 (generates a ~1 GB model and runs for about a minute)")
 	}
 	const small = 256 << 20
 	o := fixtures.Preset("qwen3")
