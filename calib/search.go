@@ -124,11 +124,21 @@ const (
 	defaultProbeMargin = 0.05
 )
 
+// The report figures (the unweighted baseline and the other width, SearchTensor), which no
+// decision depends on, are measured on every reportStride-th sampled row when a tensor has at
+// least reportMinRows of those, else on the rows the search measured each candidate on, and
+// scaled by the chosen container's ratio of all sampled rows to those rows.
+const (
+	reportStride  = 4 * probeStride // a subset of the probe's rows
+	reportMinRows = minSampleRows
+)
+
 // rows of the sample a measurement covers
 const (
-	partAll   = iota // every sampled row
-	partProbe        // the probe's rows
-	partRest         // the others
+	partAll    = iota // every sampled row
+	partProbe         // the probe's rows
+	partRest          // the others
+	partReport        // the report figures' rows
 )
 
 // quantizeRows quantizes rows with container t in mode and writes the reconstruction into deq.
@@ -238,12 +248,26 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 	// measure quantizes the sampled rows of every matrix with type qt (importance-weighted
 	// when weighted is set; the same call convert makes) and accumulates the errors, weighted
 	// by the importance where it is known; it returns the accumulator and Σ_e p_e·(weighted
-	// squared error of matrix e). part selects the sampled rows by their position k in sel:
-	// partAll every one, partProbe those with k%probeStride == 0, partRest the others.
+	// squared error of matrix e), over all the rows it measured and over those of them that
+	// are report rows (k%reportStride == 0). part selects the sampled rows by their position
+	// k in sel: partAll every one, partProbe those with k%probeStride == 0, partRest the
+	// others, partReport those with k%reportStride == 0.
 	idx := make([]int, 0, chunkRows)
-	measure := func(qt gguf.GGMLType, weighted bool, part int) (errAcc, float64, error) {
-		var acc errAcc
-		var out float64
+	isRep := make([]bool, 0, chunkRows)
+	inPart := func(k, part int) bool {
+		switch part {
+		case partProbe:
+			return k%probeStride == 0
+		case partRest:
+			return k%probeStride != 0
+		case partReport:
+			return k%reportStride == 0
+		}
+		return true
+	}
+	measure := func(qt gguf.GGMLType, weighted bool, part int) (errAcc, float64, errAcc, float64, error) {
+		var acc, rep errAcc
+		var out, repOut float64
 		for e := 0; e < nmat; e++ {
 			w := imp(e)
 			qw := w
@@ -252,10 +276,11 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 			}
 			p := share(e)
 			for k := 0; k < len(sel); {
-				idx = idx[:0]
+				idx, isRep = idx[:0], isRep[:0]
 				for ; k < len(sel) && len(idx) < chunkRows; k++ {
-					if part == partAll || (k%probeStride == 0) == (part == partProbe) {
+					if inPart(k, part) {
 						idx = append(idx, sel[k])
+						isRep = append(isRep, k%reportStride == 0)
 					}
 				}
 				n := len(idx)
@@ -269,20 +294,27 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 						j++
 					}
 					if err := read(e, idx[i], j-i, xs[i*cols:j*cols]); err != nil {
-						return acc, 0, err
+						return acc, 0, rep, 0, err
 					}
 					i = j
 				}
 				var err error
 				if qbuf, err = quantizeRows(qt, quant.ModeImproved, xs, n, cols, qw, o.Threads, name, qbuf, deq); err != nil {
-					return acc, 0, err
+					return acc, 0, rep, 0, err
 				}
 				before := acc.wsq
 				acc.add(xs, deq[:n*cols], w, cols)
 				out += p * (acc.wsq - before)
+				before = rep.wsq
+				for i, r := range isRep {
+					if r {
+						rep.add(xs[i*cols:(i+1)*cols], deq[i*cols:(i+1)*cols], w, cols)
+					}
+				}
+				repOut += p * (rep.wsq - before)
 			}
 		}
-		return acc, out, nil
+		return acc, out, rep, repOut, nil
 	}
 	// the container: the candidate with the lowest importance-weighted error. With several
 	// candidates and enough rows, every candidate is first measured on a quarter of the
@@ -299,18 +331,21 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 	ms := make([]meas, len(cands))
 	probeAcc := make([]errAcc, len(cands)) // each candidate's figures on the probe's rows
 	probeOut := make([]float64, len(cands))
+	repAcc := make([]errAcc, len(cands)) // and on the report rows among them
+	repOut := make([]float64, len(cands))
 	part := partAll
 	if probe {
 		part = partProbe
 	}
 	best := 0
 	for k, ct := range cands {
-		acc, out, err := measure(ct, true, part)
+		acc, out, racc, rout, err := measure(ct, true, part)
 		if err != nil {
 			return nil, err
 		}
 		acc.full = !probe
 		ms[k], probeAcc[k], probeOut[k] = meas{acc, out}, acc, out
+		repAcc[k], repOut[k] = racc, rout
 		if acc.wsq < ms[best].acc.wsq {
 			best = k
 		}
@@ -321,7 +356,7 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 			if k != best && ms[k].acc.wsq > limit {
 				continue // a clear loser: its error stays the probe's estimate
 			}
-			acc, out, err := measure(ct, true, partRest)
+			acc, out, _, _, err := measure(ct, true, partRest)
 			if err != nil {
 				return nil, err
 			}
@@ -344,33 +379,42 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 		}
 	}
 	ch.Type, ch.BPW = t.String(), bpw(t)
+	// the report figures' rows, and the chosen container's figures on them
+	rpart, racc, rout := part, probeAcc[chosen], probeOut[chosen]
+	if nmat*((len(sel)+reportStride-1)/reportStride) >= reportMinRows {
+		rpart, racc, rout = partReport, repAcc[chosen], repOut[chosen]
+	}
 	var base errAcc
 	var altMSE float64
 	if ch.Weighted && !o.NoBaseline {
-		// with the probe, the unweighted search runs on the probe's rows only (part) and is
-		// compared with the chosen container's weighted search on the same rows
+		// the unweighted search runs on the report rows and is compared with the chosen
+		// container's weighted search on the same rows
 		var err error
-		if base, _, err = measure(t, false, part); err != nil {
+		if base, _, _, _, err = measure(t, false, rpart); err != nil {
 			return nil, err
 		}
-		if probe && probeAcc[chosen].wsq > 0 {
-			base.wsq *= main.wsq / probeAcc[chosen].wsq
+		if rpart != partAll && racc.wsq > 0 {
+			base.wsq *= main.wsq / racc.wsq
 			base.w = main.w
 		}
 	}
 	if at != 0 {
-		// with the probe, the other width is measured on the probe's rows too and scaled by
-		// the chosen container's ratio of all rows to those (a figure for reports only:
-		// budgets use the measured sensitivities)
+		// the other width is measured on the report rows too and scaled by the chosen
+		// container's ratio of all rows to those (a figure for reports only: budgets use the
+		// measured sensitivities)
 		var err error
-		if _, altMSE, err = measure(at, true, part); err != nil {
+		if _, altMSE, _, _, err = measure(at, true, rpart); err != nil {
 			return nil, err
 		}
-		if probe {
-			if probeOut[chosen] > 0 {
-				altMSE *= ms[chosen].out / probeOut[chosen]
+		if rpart != partAll {
+			if rout > 0 {
+				altMSE *= ms[chosen].out / rout
 			} else {
-				altMSE *= float64(len(sel)) / float64((len(sel)+probeStride-1)/probeStride)
+				stride := probeStride
+				if rpart == partReport {
+					stride = reportStride
+				}
+				altMSE *= float64(len(sel)) / float64((len(sel)+stride-1)/stride)
 			}
 		}
 	}

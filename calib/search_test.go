@@ -113,22 +113,29 @@ func TestSearchProbe(t *testing.T) {
 					t.Fatalf("%s, %d rows: %s within the margin %v, every row gives %v", name, rows, ct, wide.ContainerWeightedRMSE[ct], v)
 				}
 			}
-			// the unweighted baseline: with the probe it runs on the probe's rows, and the
-			// recorded gain is the ratio of the two searches on exactly those rows; the other
-			// width (int8) too, its figure over the chosen container's that of those rows
+			// the unweighted baseline: it runs on the report rows (every reportStride-th
+			// sampled row when there are enough of them, else the probe's rows, else all), and
+			// the recorded gain is the ratio of the two searches on exactly those rows; the
+			// other width (int8) too, its figure over the chosen container's that of those rows
 			o.NoBaseline, o.noProbe, o.NoSensitivity = false, false, false
 			gb, err := SearchTensor(name, shape, read, impf, share, o)
 			if err != nil {
 				t.Fatal(err)
 			}
-			// the rows the probe sees: every probeStride-th sampled row of each matrix (all of
-			// them when the probe is not used)
+			// the report rows of each matrix
 			var sub []float32
 			per := min(rows, (256+nmat-1)/nmat)
 			usesProbe := per*nmat >= probeMinRows
+			stride := 1
+			switch {
+			case nmat*((per+reportStride-1)/reportStride) >= reportMinRows:
+				stride = reportStride
+			case usesProbe:
+				stride = probeStride
+			}
 			for e := 0; e < nmat; e++ {
 				for k := 0; k < per; k++ {
-					if !usesProbe || k%probeStride == 0 {
+					if k%stride == 0 {
 						r0 := e*rows + k*rows/per
 						sub = append(sub, w[r0*cols:(r0+1)*cols]...)
 					}
@@ -146,13 +153,13 @@ func TestSearchProbe(t *testing.T) {
 			}
 			if gb.UnweightedWeightedRMSE <= 0 || ref.UnweightedWeightedRMSE <= 0 ||
 				!near(gb.UnweightedWeightedRMSE/gb.WeightedRMSE, ref.UnweightedWeightedRMSE/ref.WeightedRMSE) {
-				t.Fatalf("%s, %d rows: weighting gain %v (%v/%v), on the %d probe rows alone %v", name, rows,
+				t.Fatalf("%s, %d rows: weighting gain %v (%v/%v), on the %d report rows alone %v", name, rows,
 					gb.UnweightedWeightedRMSE/gb.WeightedRMSE, gb.UnweightedWeightedRMSE, gb.WeightedRMSE, subRows,
 					ref.UnweightedWeightedRMSE/ref.WeightedRMSE)
 			}
 			if gb.AltOutputMSE <= 0 || ref.AltOutputMSE <= 0 || gb.AltType != "q8_0" ||
 				!near(gb.AltOutputMSE/gb.OutputMSE, ref.AltOutputMSE/ref.OutputMSE) {
-				t.Fatalf("%s, %d rows: other width %s %v over %v, on the %d probe rows alone %v over %v", name, rows,
+				t.Fatalf("%s, %d rows: other width %s %v over %v, on the %d report rows alone %v over %v", name, rows,
 					gb.AltType, gb.AltOutputMSE, gb.OutputMSE, subRows, ref.AltOutputMSE, ref.OutputMSE)
 			}
 			o.NoBaseline, o.NoSensitivity = true, true
