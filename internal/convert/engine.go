@@ -44,6 +44,18 @@ type job struct {
 	release func()
 }
 
+// finished is called once the tensor is fully written: it unmaps finished shards (release)
+// and drops the job's factorised Hessians, which no item of it will ask for again (the jobs
+// of a conversion live until its end, so a Hessian kept here would stay for every tensor).
+func (j *job) finished() {
+	if j.release != nil {
+		j.release()
+	}
+	if j.hessians != nil {
+		j.hessians.drop()
+	}
+}
+
 func (j *job) rowBytes() (int64, error) { return j.typ.RowBytes(j.cols) }
 
 func (j *job) nbytes() (int64, error) {
@@ -179,9 +191,7 @@ func runEngine(ctx context.Context, w *gguf.Writer, jobs []*job, opt engineOptio
 				if e := tw.Close(); e != nil {
 					err = e
 				}
-				if cur.release != nil {
-					cur.release()
-				}
+				cur.finished()
 			}
 			cur = it.j
 			if err == nil {
@@ -208,9 +218,7 @@ func runEngine(ctx context.Context, w *gguf.Writer, jobs []*job, opt engineOptio
 	wg.Wait()
 	if err == nil && tw != nil {
 		err = tw.Close()
-		if cur.release != nil {
-			cur.release()
-		}
+		cur.finished()
 	}
 	if err == nil && ctx.Err() != nil {
 		err = context.Cause(ctx)

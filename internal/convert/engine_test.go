@@ -119,3 +119,49 @@ func TestEngineErrorsNeverHang(t *testing.T) {
 		cancel()
 	}
 }
+
+// The engine drops a tensor's factorised Hessians once the tensor is written: a conversion's
+// jobs live until its end, so otherwise every tensor's Hessians (n² float64 and more each)
+// stayed in memory and a calibrated conversion's peak grew with the model (a 1 B model took
+// 22 GB). While a later tensor is read, the earlier ones must already hold none.
+func TestEngineDropsHessians(t *testing.T) {
+	const rows, cols, njobs = 24, 256, 16
+	src := &fakeHessians{grams: map[int][]float64{cols: spdGram(cols, 3)}}
+	jobs := synthJobs(njobs, rows, cols, 0, 0)
+	var held atomic.Int64 // Hessians still cached by earlier jobs, seen while reading a later one
+	for k, j := range jobs {
+		j.name = fmt.Sprintf("blk.%d.attn_q.weight", k)
+		j.typ = gguf.TypeQ4_K
+		attachHessian(j, src)
+		if j.hessians == nil {
+			t.Fatal("no Hessian cache attached")
+		}
+		read := j.read
+		j.read = func(r0, n int64, dst []float32) error {
+			// runSynth's 3 threads keep at most 8 items (here one per tensor) in flight, and a
+			// tensor counts as written when the writer takes the next one's first item: those
+			// more than 10 back are written by now
+			for _, e := range jobs[:max(0, k-10)] {
+				e.hessians.mu.Lock()
+				held.Add(int64(len(e.hessians.hs)))
+				e.hessians.mu.Unlock()
+			}
+			return read(r0, n, dst)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "h.gguf")
+	if err := runSynth(t, context.Background(), out, jobs, rows*cols, nil); err != nil {
+		t.Fatal(err)
+	}
+	if src.calls.Load() < njobs {
+		t.Fatalf("%d Gram calls for %d tensors: the Hessians were not used", src.calls.Load(), njobs)
+	}
+	for _, j := range jobs {
+		if n := len(j.hessians.hs); n != 0 {
+			t.Errorf("%s still caches %d Hessians after the run", j.name, n)
+		}
+	}
+	if n := held.Load(); n != 0 {
+		t.Errorf("%d Hessians of written tensors were still cached while later ones were read", n)
+	}
+}

@@ -60,6 +60,13 @@ func gptqType(t gguf.GGMLType) bool {
 	return false
 }
 
+// drop forgets every Hessian of the cache (the tensor is written).
+func (c *hessianCache) drop() {
+	c.mu.Lock()
+	c.hs, c.order = map[int64]*hessianEntry{}, nil
+	c.mu.Unlock()
+}
+
 // get returns the Hessian of matrix m, nil when the calibration has none for it.
 func (c *hessianCache) get(m int64) (*quant.Hessian, error) {
 	c.mu.Lock()
