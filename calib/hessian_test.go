@@ -665,6 +665,14 @@ func testGramFileRoundTrip(t *testing.T, ver uint32) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// InputKey: equal for the same matrix, different otherwise, empty where For fails
+	q, down := hs.InputKey("blk.3.attn_q.weight", -1), hs.InputKey("blk.3.ffn_down.weight", -1)
+	up0, up1 := hs.InputKey("blk.3.ffn_up_exps.weight", 0), hs.InputKey("blk.3.ffn_up_exps.weight", 1)
+	if q == "" || down == "" || up0 == "" || q == down || up0 == up1 || up0 == q ||
+		hs.InputKey("blk.3.ffn_up_exps.weight", -1) != "" || hs.InputKey("blk.3.attn_q.weight", 0) != "" ||
+		hs.InputKey("blk.9.attn_q.weight", -1) != "" || up0 != hs.InputKey("blk.3.ffn_up_exps.weight", 0) {
+		t.Errorf("input keys: q %q, down %q, up experts 0/1 %q/%q", q, down, up0, up1)
+	}
 	h, ok, err := hs.For("blk.3.attn_q.weight", -1)
 	if err != nil || !ok {
 		t.Fatal(ok, err)

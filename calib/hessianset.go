@@ -171,6 +171,29 @@ func (s *HessianSet) Names() []string {
 	return out
 }
 
+// InputKey names the matrix For(tensorName, expert) returns: weights with equal keys get the
+// same H (the q/k/v projections of a block read one input, and so do gate and up, per expert
+// for routed experts), so a consumer may share one factorisation between them. "" when the
+// weight has no entry or the call would fail.
+func (s *HessianSet) InputKey(tensorName string, expert int) string {
+	ref, found := s.weights[tensorName]
+	if !found {
+		return ""
+	}
+	ix, w := ref.ix, ref.w
+	key := ix.path
+	if w.input >= 0 {
+		key += "|" + ix.inputs[w.input].id
+	}
+	switch {
+	case expert < 0 && w.experts < 0 && w.input >= 0:
+		return key
+	case expert >= 0 && w.experts >= 0:
+		return fmt.Sprintf("%s|%s|%d", key, ix.inputs[w.experts].id, expert)
+	}
+	return ""
+}
+
 // For returns H = G/n, the mean of x xᵀ over the n calibration rows fed to the input of weight
 // tensorName (GGUF name), as a symmetric matrix of its input's columns (both triangles set).
 // expert is -1 for non-expert weights, the expert index for a stacked expert tensor

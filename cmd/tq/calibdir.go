@@ -84,6 +84,15 @@ func (c calibHessians) Gram(tensor string, m int) ([]float64, int, bool, error) 
 	return g, n, true, nil
 }
 
+// GramKey implements convert.GramKeyer: tensors reading one input share its factorisation.
+func (c calibHessians) GramKey(tensor string, m int) string {
+	expert := -1
+	if strings.Contains(tensor, "_exps.") {
+		expert = m
+	}
+	return c.s.InputKey(tensor, expert)
+}
+
 // HeadGroups and HeadGram implement convert.HeadHessianSource.
 func (c calibHessians) HeadGroups(layer int, entry string) int { return c.s.HeadGroups(layer, entry) }
 

@@ -227,7 +227,7 @@ func planHF(hf *modelsrc.HFSource, t *TypeOptions, name, version string, warn fu
 		t = &tc
 	}
 	descs := src.Tensors()
-	p := &Plan{Input: info.Dir, Arch: info.Arch, onWarn: warn}
+	p := &Plan{Input: info.Dir, Arch: info.Arch, onWarn: warn, hessPool: newHessianPool()}
 	if rs != nil {
 		p.Rotation = rs.Rotation().Spec().String()
 	}
@@ -284,7 +284,7 @@ func planHF(hf *modelsrc.HFSource, t *TypeOptions, name, version string, warn fu
 			return nil, err
 		}
 		if d.Quantize {
-			attachHessian(j, t.Hessians)
+			attachHessian(j, t.Hessians, p.hessPool)
 			if hs, ok := t.Hessians.(HeadHessianSource); ok {
 				attachHeads(j, ts[i], ts, hs)
 			}
@@ -496,6 +496,7 @@ func writePlan(ctx context.Context, p *Plan, out string, opts *OutputOptions, pr
 			j.hessians.keep = max(2, opts.Threads+2)
 		}
 	}
+
 	threads := opts.Threads
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)

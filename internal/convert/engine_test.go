@@ -132,7 +132,7 @@ func TestEngineDropsHessians(t *testing.T) {
 	for k, j := range jobs {
 		j.name = fmt.Sprintf("blk.%d.attn_q.weight", k)
 		j.typ = gguf.TypeQ4_K
-		attachHessian(j, src)
+		attachHessian(j, src, nil)
 		if j.hessians == nil {
 			t.Fatal("no Hessian cache attached")
 		}

@@ -18,12 +18,92 @@ type HessianSource interface {
 	Gram(tensor string, m int) (gram []float64, n int, ok bool, err error)
 }
 
+// GramKeyer is a HessianSource that also names the matrix behind Gram(tensor, m): equal
+// non-empty keys mean the same matrix (the q/k/v projections of a block read one input, and so
+// do gate and up), so a conversion factorises it once for all of them (hessianPool).
+type GramKeyer interface {
+	GramKey(tensor string, m int) string
+}
+
+// hessianPool shares factorised Hessians between the tensors of one conversion whose matrices
+// have the same key. An entry stays while a tensor not yet written will ask for its key (refs,
+// counted when the jobs are attached), but at most limit entries, the most recently used, so
+// the routed experts' matrices (gate and up each read all of a layer's, one tensor after the
+// other) are not all held between the two; what a job's own cache holds stays alive through
+// it until its tensor is written.
+type hessianPool struct {
+	mu    sync.Mutex
+	limit int
+	order []string
+	hs    map[string]*hessianEntry
+	refs  map[string]int
+}
+
+func newHessianPool() *hessianPool {
+	return &hessianPool{limit: 2, hs: map[string]*hessianEntry{}, refs: map[string]int{}}
+}
+
+// use counts one more tensor that will ask for key.
+func (p *hessianPool) use(key string) {
+	p.mu.Lock()
+	p.refs[key]++
+	p.mu.Unlock()
+}
+
+// release is called when a tensor that used keys is written: an entry no later tensor asks
+// for is dropped.
+func (p *hessianPool) release(keys []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, k := range keys {
+		if p.refs[k]--; p.refs[k] > 0 {
+			continue
+		}
+		delete(p.refs, k)
+		delete(p.hs, k)
+		for i, o := range p.order {
+			if o == k {
+				p.order = append(p.order[:i:i], p.order[i+1:]...)
+				break
+			}
+		}
+	}
+}
+
+// entry returns the pool's entry for key (a new one, not pooled, when key is "" or p is nil).
+func (p *hessianPool) entry(key string) *hessianEntry {
+	if p == nil || key == "" {
+		return &hessianEntry{}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e := p.hs[key]; e != nil {
+		for i, k := range p.order { // most recently used last
+			if k == key {
+				p.order = append(append(p.order[:i:i], p.order[i+1:]...), key)
+				break
+			}
+		}
+		return e
+	}
+	e := &hessianEntry{}
+	p.hs[key] = e
+	p.order = append(p.order, key)
+	for len(p.order) > p.limit {
+		delete(p.hs, p.order[0])
+		p.order = p.order[1:]
+	}
+	return e
+}
+
 // hessianCache hands out quant.Hessians for one tensor's matrices. The factorisation
 // QuantizeGPTQ caches inside a Hessian is the expensive part, so work items (row chunks) of the
 // same matrix share one; at most keep matrices stay alive (the engine works through the
 // matrices of a tensor in order, a few chunks at a time; writePlan sizes keep by its threads).
 type hessianCache struct {
 	src  HessianSource
+	pool *hessianPool // matrices shared with other tensors (nil: none)
+	keys []string     // the pool keys of this tensor's matrices (distinct), released by drop
 	name string
 	cols int64
 	keep int
@@ -40,13 +120,28 @@ type hessianEntry struct {
 }
 
 // attachHessian makes the job quantize with the error-compensating search (quant.QuantizeGPTQ)
-// where the calibration has a full Gram matrix of the tensor's input. Types GPTQ does not
-// handle, and F16/BF16/F32, keep the plain search.
-func attachHessian(j *job, src HessianSource) {
+// where the calibration has a full Gram matrix of the tensor's input; matrices whose key a
+// GramKeyer source names come from pool (nil: none shared). Types GPTQ does not handle, and
+// F16/BF16/F32, keep the plain search.
+func attachHessian(j *job, src HessianSource, pool *hessianPool) {
 	if src == nil || !gptqType(j.typ) {
 		return
 	}
-	c := &hessianCache{src: src, name: j.name, cols: j.cols, keep: 2, hs: map[int64]*hessianEntry{}}
+	c := &hessianCache{src: src, pool: pool, name: j.name, cols: j.cols, keep: 2, hs: map[int64]*hessianEntry{}}
+	if k, ok := src.(GramKeyer); ok && pool != nil {
+		nmat := int64(1)
+		if j.rowsPerMatrix > 0 && j.rows%j.rowsPerMatrix == 0 {
+			nmat = j.rows / j.rowsPerMatrix
+		}
+		seen := map[string]bool{}
+		for m := int64(0); m < nmat; m++ {
+			if key := k.GramKey(j.name, int(m)); key != "" && !seen[key] {
+				seen[key] = true
+				c.keys = append(c.keys, key)
+				pool.use(key)
+			}
+		}
+	}
 	j.hessian = c.get
 	j.hessians = c
 }
@@ -60,11 +155,16 @@ func gptqType(t gguf.GGMLType) bool {
 	return false
 }
 
-// drop forgets every Hessian of the cache (the tensor is written).
+// drop forgets every Hessian of the cache and releases its pool keys (the tensor is written).
 func (c *hessianCache) drop() {
 	c.mu.Lock()
 	c.hs, c.order = map[int64]*hessianEntry{}, nil
+	keys := c.keys
+	c.keys = nil
 	c.mu.Unlock()
+	if c.pool != nil {
+		c.pool.release(keys)
+	}
 }
 
 // get returns the Hessian of matrix m, nil when the calibration has none for it.
@@ -72,7 +172,11 @@ func (c *hessianCache) get(m int64) (*quant.Hessian, error) {
 	c.mu.Lock()
 	e := c.hs[m]
 	if e == nil {
-		e = &hessianEntry{}
+		key := ""
+		if k, ok := c.src.(GramKeyer); ok && c.pool != nil && len(c.keys) > 0 {
+			key = k.GramKey(c.name, int(m))
+		}
+		e = c.pool.entry(key)
 		c.hs[m] = e
 		c.order = append(c.order, m)
 		if len(c.order) > c.keep {
@@ -124,6 +228,27 @@ func (r rotatedHessians) Gram(tensor string, m int) ([]float64, int, bool, error
 		return nil, 0, false, fmt.Errorf("tensor %s: %w", tensor, err)
 	}
 	return h, n, true, nil
+}
+
+// GramKey passes the source's key through, with the reader's rotation (its norm's gain): the
+// readers of one input fold the same norm.
+func (r rotatedHessians) GramKey(tensor string, m int) string {
+	k, ok := r.src.(GramKeyer)
+	if !ok {
+		return ""
+	}
+	key := k.GramKey(tensor, m)
+	if key == "" {
+		return ""
+	}
+	kind, norm := r.rs.Plan(tensor)
+	if kind != rotate.Reader {
+		return key
+	}
+	if len(norm) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s|rotated %p", key, &norm[0])
 }
 
 // HeadGroups passes the number of per-head matrices through.

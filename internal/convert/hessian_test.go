@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -136,5 +138,62 @@ func TestConvertUsesHessians(t *testing.T) {
 		if !bytes.Equal(got, gptqBytes(t, typ, w, int(cols), src.grams[int(cols)], len(got))) {
 			t.Errorf("%s (%s): the file's bytes differ from quant.QuantizeGPTQ's", name, typ)
 		}
+	}
+}
+
+// keyedHessians is fakeHessians that names the attention input of each block, shared by its
+// q/k/v projections (the experts' matrices stay unnamed).
+type keyedHessians struct{ *fakeHessians }
+
+func (k keyedHessians) GramKey(tensor string, m int) string {
+	for _, s := range []string{"attn_q.", "attn_k.", "attn_v."} {
+		if i := strings.Index(tensor, s); i >= 0 {
+			return tensor[:i] + "attn_in"
+		}
+	}
+	return ""
+}
+
+// Tensors whose matrices a GramKeyer source names alike share one Hessian: the q/k/v of a
+// block ask the source once instead of three times, the file's bytes do not change, and
+// nothing stays pooled after the conversion.
+func TestConvertSharesHessians(t *testing.T) {
+	o := fixtures.Preset("qwen3")
+	dir := genModel(t, o)
+	base, err := PlanConvert(dir, Options{Types: TypeOptions{TurboQuant: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cols int64
+	layers := 0
+	for _, pt := range base.Tensors {
+		if strings.HasSuffix(pt.Name, ".attn_q.weight") {
+			cols = pt.Shape[0]
+			layers++
+		}
+	}
+	g := spdGram(int(cols), 11)
+	plain := &fakeHessians{grams: map[int][]float64{int(cols): g}}
+	keyed := keyedHessians{&fakeHessians{grams: map[int][]float64{int(cols): g}}}
+	var files [2][]byte
+	for i, src := range []HessianSource{plain, keyed} {
+		out := filepath.Join(t.TempDir(), "h.gguf")
+		res, err := Convert(context.Background(), dir, out, Options{Output: OutputOptions{Threads: 2}, Types: TypeOptions{TurboQuant: true, Hessians: src}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// every shared matrix is released once the last tensor reading it is written
+		if hp := res.Plan.hessPool; len(hp.hs) != 0 || len(hp.refs) != 0 {
+			t.Errorf("source %d: the pool still holds %d matrices, %d keys referenced", i, len(hp.hs), len(hp.refs))
+		}
+		if files[i], err = os.ReadFile(out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(files[0], files[1]) {
+		t.Error("sharing the Hessians changed the file")
+	}
+	if p, k := plain.calls.Load(), keyed.calls.Load(); layers == 0 || p != k+int64(2*layers) {
+		t.Errorf("%d Gram calls without keys, %d with them; want %d fewer (%d blocks)", p, k, 2*layers, layers)
 	}
 }

@@ -33,6 +33,8 @@ type Plan struct {
 
 	metadata gguf.Metadata
 	jobs     []*job
+	// hessPool shares factorised Hessians between the tensors that read one input.
+	hessPool *hessianPool
 	// onWarn is ReportOptions.Warn.
 	onWarn func(msg string)
 }
