@@ -11,7 +11,6 @@ import (
 
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas64"
-	"gonum.org/v1/gonum/lapack/lapack64"
 )
 
 // MaxHessianCols bounds the size of a Hessian: n×n float64 values are held, so
@@ -293,7 +292,7 @@ func (h *Hessian) factorize(damp float64) (*gptqFactor, error) {
 	for try := 0; try < gptqMaxDampTries && !ok; try, rel = try+1, rel*10 {
 		f.used, f.lambda = rel, rel*mean
 		fill(f.lambda)
-		_, ok = lapack64.Potrf(blas64.Symmetric{Uplo: blas.Upper, N: n, Stride: n, Data: a})
+		ok = cholUpper(a, n, 0)
 	}
 	if !ok {
 		return nil, fmt.Errorf("Hessian is not positive semi-definite: Cholesky factorisation failed even with damping %g × mean diagonal", f.used)

@@ -202,3 +202,8 @@ func asymProxyAVX2(p *ProxyLanes, n int, D, Dm, smax float64, varyD, sPos int)
 //
 //go:noescape
 func asymScore8AVX2(x, w *float32, n int, mn float32, id *[8]float32, nmax int32, out *[24]float32)
+
+// subATB8x16AVX512 is SubATB8x16's AVX-512F kernel (dgemm512_amd64.s).
+//
+//go:noescape
+func subATB8x16AVX512(k int, a *float64, lda int, b *float64, ldb int, c *float64, ldc int)

@@ -106,3 +106,7 @@ func dpKernel8x32(ks int, a *byte, lda int, b *uint32, c *float32, ldc int, acc 
 	panic(noAsm)
 }
 func roundBF16AVX512(dst *byte, src *float32, n int) { panic(noAsm) }
+
+func subATB8x16AVX512(k int, a *float64, lda int, b *float64, ldb int, c *float64, ldc int) {
+	panic(noAsm)
+}
