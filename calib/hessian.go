@@ -222,10 +222,10 @@ func (r *run) planHessians(base int64) error {
 		})
 		var need int64
 		for _, id := range ids {
-			need += s.accBytes(id, threads)
+			need += s.accBytes(id)
 		}
 		if s.dn.in != "" && s.reason[s.dn.in] == GramReasonNone {
-			b := deltaNetAccBytes(s.cols[s.dn.in], s.dn.dstate, s.dn.heads, threads)
+			b := deltaNetAccBytes(s.cols[s.dn.in], s.dn.dstate, s.dn.heads)
 			if allow >= 0 && need+b > allow {
 				s.dn = dnPlan{} // the per-head matrices go first; the plain ones remain
 				k := "memory budget: Gated DeltaNet per-head matrices"
@@ -238,7 +238,7 @@ func (r *run) planHessians(base int64) error {
 			if allow < 0 || need <= allow {
 				break
 			}
-			need -= s.accBytes(id, threads)
+			need -= s.accBytes(id)
 			s.reason[id] = GramReasonBudget
 			k := "memory budget: " + roleOf(id)
 			dropped[k] = append(dropped[k], s.layer)
@@ -265,8 +265,8 @@ func (r *run) planHessians(base int64) error {
 }
 
 // accBytes is the accumulator memory of input id.
-func (s *hessStep) accBytes(id string, threads int) int64 {
-	return gramAccsBytes(s.cols[id], max(1, s.nmat[id]), threads)
+func (s *hessStep) accBytes(id string) int64 {
+	return gramAccsBytes(s.cols[id], max(1, s.nmat[id]))
 }
 
 // roleOf strips the block prefix of an input id.

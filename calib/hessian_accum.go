@@ -102,11 +102,12 @@ func packedLen(n int) int { return n * (n + 1) / 2 }
 // packedRow is the offset of row i (its diagonal entry) in the packed upper triangle.
 func packedRow(n, i int) int { return i*n - i*(i-1)/2 }
 
-// gramAccBytes is the memory of a gramAcc of cols columns with threads workers.
-func gramAccBytes(cols, threads int) int64 { return gramAccsBytes(cols, 1, threads) }
+// gramAccBytes is the memory of a gramAcc of cols columns (the GEMM adds into its tiles, so
+// the workers need no buffers of their own).
+func gramAccBytes(cols int) int64 { return gramAccsBytes(cols, 1) }
 
 // gramAccsBytes is the memory of nmat accumulators of cols columns sharing one buffer.
-func gramAccsBytes(cols, nmat, _ int) int64 {
+func gramAccsBytes(cols, nmat int) int64 {
 	c := int64(cols)
 	_, nb := gridOf(cols)
 	return int64(nmat)*4*int64(gramTilesLen(cols)) + 4*c*gramChunkRows +

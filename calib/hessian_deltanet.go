@@ -109,8 +109,8 @@ func newDeltaNetAcc(tr *infer.DeltaNetTrace, threads int, rounded bool) *deltaNe
 
 // deltaNetAccBytes is the memory of a deltaNetAcc: two sets of per-head accumulators and the
 // recurrent states.
-func deltaNetAccBytes(n, dk, hv, threads int) int64 {
-	return 2*gramAccsBytes(n, headGroups(hv), threads) + 4*int64(hv)*int64(n)*int64(dk)
+func deltaNetAccBytes(n, dk, hv int) int64 {
+	return 2*gramAccsBytes(n, headGroups(hv)) + 4*int64(hv)*int64(n)*int64(dk)
 }
 
 // add feeds one batch. Rows at positions ≥ valid are padding (they come last): not

@@ -405,7 +405,7 @@ func TestExpertHessianBudget(t *testing.T) {
 				experts++
 				continue
 			}
-			shared += gramAccBytes(in.cols, 2)
+			shared += gramAccBytes(in.cols)
 		}
 	}
 	if experts != 2 {
@@ -454,7 +454,7 @@ func TestHessianBudgetFallback(t *testing.T) {
 	var warned []string
 	opts := base
 	opts.NoHessians = false
-	opts.MemoryBudget = est + gramWriteBytes(2) + 2*gramAccBytes(256, 2) + 1024
+	opts.MemoryBudget = est + gramWriteBytes(2) + 2*gramAccBytes(256) + 1024
 	opts.Warn = func(s string) { warned = append(warned, s) }
 	res := calibrate(t, dir, opts)
 	// without a budget the forward keeps the BF16 matrices packed; a budget without room for
