@@ -35,6 +35,23 @@ func (f *fakeHessians) Gram(tensor string, m int) ([]float64, int, bool, error) 
 	return nil, 0, false, nil
 }
 
+// attnQ plans a turboquant conversion of dir and returns the row length of its attn_q weights
+// and how many blocks have one.
+func attnQ(t *testing.T, dir string) (cols int64, layers int) {
+	t.Helper()
+	base, err := PlanConvert(dir, Options{Types: TypeOptions{TurboQuant: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pt := range base.Tensors {
+		if strings.HasSuffix(pt.Name, ".attn_q.weight") {
+			cols = pt.Shape[0]
+			layers++
+		}
+	}
+	return cols, layers
+}
+
 // fileAndSource returns tensor name's bytes in the converted file m, its type and the
 // checkpoint's weights for it.
 func fileAndSource(t *testing.T, m *gguf.Model, hf *modelsrc.HFSource, name string) ([]byte, gguf.GGMLType, []float32) {
@@ -96,18 +113,8 @@ func spdGram(n int, seed uint64) []float64 {
 // tensors that have a Gram matrix (so a calibration that measures with the same call measures
 // the file), marks them in the plan, and leaves the others to the plain search.
 func TestConvertUsesHessians(t *testing.T) {
-	o := fixtures.Preset("qwen3moe")
-	dir := genModel(t, o)
-	base, err := PlanConvert(dir, Options{Types: TypeOptions{TurboQuant: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cols int64
-	for _, pt := range base.Tensors {
-		if pt.Name == "blk.0.attn_q.weight" {
-			cols = pt.Shape[0]
-		}
-	}
+	dir := genModel(t, fixtures.Preset("qwen3moe"))
+	cols, _ := attnQ(t, dir)
 	src := &fakeHessians{grams: map[int][]float64{int(cols): spdGram(int(cols), 7)}}
 	out := filepath.Join(t.TempDir(), "h.gguf")
 	res, err := Convert(context.Background(), dir, out, Options{Types: TypeOptions{TurboQuant: true, Hessians: src}})
@@ -158,20 +165,8 @@ func (k keyedHessians) GramKey(tensor string, m int) string {
 // block ask the source once instead of three times, the file's bytes do not change, and
 // nothing stays pooled after the conversion.
 func TestConvertSharesHessians(t *testing.T) {
-	o := fixtures.Preset("qwen3")
-	dir := genModel(t, o)
-	base, err := PlanConvert(dir, Options{Types: TypeOptions{TurboQuant: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cols int64
-	layers := 0
-	for _, pt := range base.Tensors {
-		if strings.HasSuffix(pt.Name, ".attn_q.weight") {
-			cols = pt.Shape[0]
-			layers++
-		}
-	}
+	dir := genModel(t, fixtures.Preset("qwen3"))
+	cols, layers := attnQ(t, dir)
 	g := spdGram(int(cols), 11)
 	plain := &fakeHessians{grams: map[int][]float64{int(cols): g}}
 	keyed := keyedHessians{&fakeHessians{grams: map[int][]float64{int(cols): g}}}
