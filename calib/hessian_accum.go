@@ -35,8 +35,8 @@ func gramTilesLen(c int) int {
 // (bi <= bj).
 func tileOf(bi, bj int) int { return bj*(bj+1)/2 + bi }
 
-// gramChunkRows is the most rows whose products are summed in float32 before being added to
-// the float64 accumulator (see gramAcc).
+// gramChunkRows is the most rows buffered (transposed) before their products are added to
+// the stored tiles in one GEMM per tile (see gramAcc).
 const gramChunkRows = 512
 
 // gramAcc accumulates the Gram matrix G = Σ_t x_t x_tᵀ of one linear input: its upper
