@@ -68,6 +68,14 @@ func deviceCases() []gpuCase {
 // bound, doubled for the larger sizes and the GPU's fused multiply-adds.
 const gpuTolDevice = 2 * gpuTolFull
 
+// gpuTolDeviceQ8Cache replaces gpuTolDevice with q8_0 K/V caches. Both sides round the same keys,
+// values and queries to q8_0 blocks, but those come out of float32 sums taken in another order,
+// and a value on the other side of a rounding boundary moves by a whole q8_0 step (1/127 of the
+// block's largest value) where an f16 one moves by 1/2048 of itself: each such event weighs up
+// to 16 times more. Measured on an H200 (2026-12-04): 1.27e-3 on qwen3 Q4_K with q8_0 K and V at
+// n_embd 1024, 64 prompt tokens; greedy continuations identical.
+const gpuTolDeviceQ8Cache = 3 * gpuTolDevice
+
 func TestGPUDeviceMatchesCPU(t *testing.T) {
 	dev := gpuDeviceBackend(t)
 	defer dev.Close()
@@ -95,15 +103,23 @@ func TestGPUDeviceMatchesCPU(t *testing.T) {
 			if errs[i] != nil {
 				t.Fatal(errs[i])
 			}
+			tol := gpuTolDevice
+			if tc.cacheK == "q8_0" || tc.cacheV == "q8_0" {
+				tol = gpuTolDeviceQ8Cache
+			}
 			base := Options{CtxSize: 256, CacheTypeK: tc.cacheK, CacheTypeV: tc.cacheV}
 			r := compareDevice(t, srcs[i], base, Options{Backend: dev, GPULayers: tc.gpuLayers, CPUMoE: tc.cpuMoE},
-				randTokens(7, nPrompt, tc.spec.Vocab), randTokens(8, nSteps, tc.spec.Vocab), nGreedy, gpuTolDevice)
+				randTokens(7, nPrompt, tc.spec.Vocab), randTokens(8, nSteps, tc.spec.Vocab), nGreedy, tol)
 			t.Logf("%s: %s", tc.name, r)
-			if r.dFull > gpuTolDevice {
-				t.Errorf("device vs CPU FullPrecision: max |Δp| %.3e > %.0e", r.dFull, gpuTolDevice)
+			if r.dFull > tol {
+				t.Errorf("device vs CPU FullPrecision: max |Δp| %.3e > %.0e", r.dFull, tol)
 			}
-			if r.dDef > gpuTolDefault {
-				t.Errorf("device vs CPU default: max |Δp| %.3e > %.0e", r.dDef, gpuTolDefault)
+			// The device computes the FullPrecision products; the CPU's default run rounds the
+			// activations first, and its distance from its own FullPrecision run (cpuGap) is
+			// measured, not assumed: the device may be that far from it plus its own tolerance
+			// (on an H200, qwen3moe Q4_K: gap 5.28e-2, device 5.28e-2).
+			if lim := max(gpuTolDefault, r.cpuGap+tol); r.dDef > lim {
+				t.Errorf("device vs CPU default: max |Δp| %.3e > %.3e", r.dDef, lim)
 			}
 		})
 	}

@@ -5,10 +5,13 @@
 # hybrid decode benchmarks, 3 × 20 s for tq run).
 #
 #   scripts/gpu-check.sh build   build build/cuda.test and build/infer.test (the test binaries of
-#                                infer/cuda and infer) and bin/tq, all with CGO_ENABLED=0; needs
-#                                Go, no CUDA toolkit
-#   scripts/gpu-check.sh run     run the prebuilt binaries on the GPU machine; builds nothing and
-#                                needs only the NVIDIA driver (libcuda.so.1), not Go
+#                                infer/cuda and infer) and bin/tq, all with CGO_ENABLED=0 and
+#                                without symbol tables (-s -w; stack traces keep their lines),
+#                                and pack the three into build/gpu-check.tar.xz (~8 MB), the one
+#                                file to copy to a GPU machine; needs Go, no CUDA toolkit
+#   scripts/gpu-check.sh run     run the prebuilt binaries on the GPU machine (unpacking
+#                                build/gpu-check.tar.xz first when a binary is missing); builds
+#                                nothing and needs only the NVIDIA driver (libcuda.so.1), not Go
 #   scripts/gpu-check.sh         build (when go is on PATH) then run
 #
 # run executes, with TQ_GPU=1:
@@ -41,17 +44,32 @@ root=$(pwd)
 mode=${1:-all}
 bin=build/cuda.test
 ibin=build/infer.test
+pack=build/gpu-check.tar.xz
 outdir=${OUT:-$root/build}/gpu-check
 
 build() {
 	mkdir -p build bin
 	echo "gpu-check: building $bin"
-	CGO_ENABLED=0 go test -c -o "$bin" ./infer/cuda/ || return 1
+	CGO_ENABLED=0 go test -c -ldflags='-s -w' -o "$bin" ./infer/cuda/ || return 1
 	echo "gpu-check: building $ibin"
-	CGO_ENABLED=0 go test -c -o "$ibin" ./infer/ || return 1
+	CGO_ENABLED=0 go test -c -ldflags='-s -w' -o "$ibin" ./infer/ || return 1
 	echo "gpu-check: building bin/tq"
-	CGO_ENABLED=0 go build -trimpath -o bin/tq ./cmd/tq || return 1
-	ls -l "$bin" "$ibin" bin/tq
+	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o bin/tq ./cmd/tq || return 1
+	echo "gpu-check: packing $pack"
+	tar -cf - "$bin" "$ibin" bin/tq | xz -9 -T0 >"$pack.tmp" && mv "$pack.tmp" "$pack" || return 1
+	ls -l "$bin" "$ibin" bin/tq "$pack"
+}
+
+# unpack extracts the binaries from build/gpu-check.tar.xz, with tar's xz support or, where the
+# machine has no xz program, with Python's lzma module.
+unpack() {
+	[ -f "$pack" ] || return 0
+	echo "gpu-check: unpacking $pack"
+	if command -v xz >/dev/null 2>&1; then
+		tar -xJf "$pack"
+	else
+		python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall()' "$pack"
+	fi
 }
 
 # tqrun runs bin/tq on a Q8_0 conversion of the trained tool-calling test model with the default
@@ -76,9 +94,12 @@ tqrun() {
 }
 
 run() {
+	if [ ! -x "$bin" ] || [ ! -x "$ibin" ] || [ ! -x bin/tq ]; then
+		unpack || return 2
+	fi
 	for b in "$bin" "$ibin" bin/tq; do
 		if [ ! -x "$b" ]; then
-			echo "gpu-check: $b is missing: run 'scripts/gpu-check.sh build' where Go is installed and carry build/ and bin/" >&2
+			echo "gpu-check: $b is missing: run 'scripts/gpu-check.sh build' where Go is installed and copy $pack (or build/ and bin/) here" >&2
 			return 2
 		fi
 	done
