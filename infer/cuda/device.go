@@ -61,6 +61,9 @@ type Device struct {
 	args    *argPack
 	allocs  map[uint64]int64
 	scratch map[string]devBuf
+	graphs  map[*Graph]struct{}
+	cap     *capture   // the recording in progress (graph.go), or nil
+	capCond *sync.Cond // on mu: signalled when a recording ends
 }
 
 // devBuf is a raw device allocation.
@@ -91,7 +94,9 @@ func openDevice(drv *driver, ordinal int) (*Device, error) {
 	if ordinal < 0 || ordinal >= int(count) {
 		return nil, fmt.Errorf("cuda: device %d requested, %d present", ordinal, count)
 	}
-	d := &Device{drv: drv, args: new(argPack), allocs: map[uint64]int64{}, scratch: map[string]devBuf{}}
+	d := &Device{drv: drv, args: new(argPack), allocs: map[uint64]int64{}, scratch: map[string]devBuf{},
+		graphs: map[*Graph]struct{}{}}
+	d.capCond = sync.NewCond(&d.mu)
 	d.info.Ordinal = ordinal
 	d.info.Library = drv.path
 	d.info.DriverVersion = drv.versionString()
@@ -201,6 +206,14 @@ func (d *Device) do(f func() error) error {
 	if d.closed {
 		return errClosed
 	}
+	// While a graph is recorded, only the recording goroutine (on its locked OS thread) may use
+	// the device; the others wait for the end of the recording.
+	for d.cap != nil && d.cap.tid != gettid() {
+		d.capCond.Wait()
+		if d.closed {
+			return errClosed
+		}
+	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := d.drv.call(fnCtxSetCurrent, d.ctx); err != nil {
@@ -220,6 +233,10 @@ func (d *Device) release() error {
 	if len(d.allocs) > 0 {
 		keep(d.drv.call(fnStreamSynchronize, 0))
 	}
+	for g := range d.graphs {
+		keep(d.drv.gcall(gfnExecDestroy, g.exec))
+	}
+	clear(d.graphs)
 	for p := range d.allocs {
 		keep(d.drv.call(fnMemFree, uintptr(p)))
 	}
@@ -248,7 +265,12 @@ func (d *Device) Close() error {
 
 // Sync waits for all queued work on the device and reports an asynchronous kernel failure.
 func (d *Device) Sync() error {
-	return d.do(func() error { return d.drv.call(fnStreamSynchronize, 0) })
+	return d.do(func() error {
+		if err := d.noCapture("Sync"); err != nil {
+			return err
+		}
+		return d.drv.call(fnStreamSynchronize, 0)
+	})
 }
 
 // MemInfo returns the free and total device memory in bytes.
@@ -289,6 +311,20 @@ func (d *Device) free(p uint64) error {
 // scratchBuf returns a device buffer of at least size bytes kept under key, growing it when
 // needed. Its contents are undefined; it is reused by later calls with the same key.
 func (d *Device) scratchBuf(key string, size int64) (uint64, error) {
+	if c := d.cap; c != nil {
+		// A recorded graph gets scratch of its own, freed with it.
+		if b, ok := c.scratch[key]; ok && b.size >= size {
+			return b.ptr, nil
+		}
+		size = max(size, 4096)
+		p, err := d.alloc(size)
+		if err != nil {
+			return 0, err
+		}
+		c.owned = append(c.owned, p)
+		c.scratch[key] = devBuf{p, size}
+		return p, nil
+	}
 	if b, ok := d.scratch[key]; ok && b.size >= size {
 		return b.ptr, nil
 	} else if ok {
@@ -313,6 +349,9 @@ func (d *Device) scratchBuf(key string, size int64) (uint64, error) {
 // htod copies n bytes from host address src to device address dst; the caller holds the lock and
 // keeps src alive.
 func (d *Device) htod(dst uint64, src unsafe.Pointer, n int64) error {
+	if err := d.noCapture("copy to the device"); err != nil {
+		return err
+	}
 	if n == 0 {
 		return nil
 	}
@@ -321,6 +360,9 @@ func (d *Device) htod(dst uint64, src unsafe.Pointer, n int64) error {
 
 // dtoh copies n bytes from device address src to host address dst.
 func (d *Device) dtoh(dst unsafe.Pointer, src uint64, n int64) error {
+	if err := d.noCapture("copy from the device"); err != nil {
+		return err
+	}
 	if n == 0 {
 		return nil
 	}

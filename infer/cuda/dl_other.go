@@ -16,3 +16,5 @@ func dlopen(path string) (uintptr, error) {
 func dlsym(uintptr, string) uintptr { return 0 }
 
 func ccall(uintptr, ...uintptr) uintptr { panic("cuda: no driver on this platform") }
+
+func gettid() int { return 0 }

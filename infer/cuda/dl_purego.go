@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"fmt"
+	"syscall"
 
 	"github.com/ebitengine/purego"
 )
@@ -38,3 +39,6 @@ func ccall(fn uintptr, args ...uintptr) uintptr {
 	r, _, _ := purego.SyscallN(fn, args...)
 	return r
 }
+
+// gettid returns the calling OS thread's id (graph recording admits only its own thread).
+func gettid() int { return syscall.Gettid() }

@@ -66,11 +66,36 @@ var symbolNames = [numFns]string{
 	fnStreamSynchronize:  "cuStreamSynchronize",
 }
 
+// Graph functions (CUDA 11.4 and newer), resolved when present: without them decode launches
+// kernel by kernel. Each entry lists the symbols to try, newest ABI first; the kernel-node
+// parameters are always passed in the _v2 layout, whose first fields are the old layout.
+const (
+	gfnCreate = iota
+	gfnAddKernelNode
+	gfnInstantiate
+	gfnLaunch
+	gfnExecDestroy
+	gfnDestroy
+	numGraphFns
+)
+
+var graphSymbols = [numGraphFns][]string{
+	gfnCreate:        {"cuGraphCreate"},
+	gfnAddKernelNode: {"cuGraphAddKernelNode_v2", "cuGraphAddKernelNode"},
+	gfnInstantiate:   {"cuGraphInstantiateWithFlags"},
+	gfnLaunch:        {"cuGraphLaunch"},
+	gfnExecDestroy:   {"cuGraphExecDestroy"},
+	gfnDestroy:       {"cuGraphDestroy"},
+}
+
 // driver is a loaded CUDA driver library.
 type driver struct {
 	path    string
 	lib     uintptr
 	fn      [numFns]uintptr
+	gfn     [numGraphFns]uintptr // all set, or graphs is false
+	gname   [numGraphFns]string  // the symbol each gfn entry resolved to
+	graphs  bool
 	version int32 // cuDriverGetVersion: 1000*major + 10*minor
 
 	once    sync.Once
@@ -121,8 +146,25 @@ func (d *driver) init() error {
 				return
 			}
 		}
+		d.graphs = true
+		for i, names := range graphSymbols {
+			for _, name := range names {
+				if p := dlsym(d.lib, name); p != 0 {
+					d.gfn[i], d.gname[i] = p, name
+					break
+				}
+			}
+			d.graphs = d.graphs && d.gfn[i] != 0
+		}
 	})
 	return d.initErr
+}
+
+// gcall invokes graph function f (see graphSymbols) and converts a failure into an *Error.
+//
+//go:uintptrescapes
+func (d *driver) gcall(f int, args ...uintptr) error {
+	return d.checkNamed(d.gname[f], result(uint32(ccall(d.gfn[f], args...))))
 }
 
 // versionString formats the driver version, e.g. "12.8".
@@ -143,6 +185,11 @@ func (d *driver) call(f int, args ...uintptr) error {
 // check converts the result r of driver function f into an *Error (nil on success), asking the
 // driver for the name and description of the code.
 func (d *driver) check(f int, r result) error {
+	return d.checkNamed(symbolNames[f], r)
+}
+
+// checkNamed is check for the driver function called fname.
+func (d *driver) checkNamed(fname string, r result) error {
 	r = result(uint32(r))
 	if r == cudaSuccess {
 		return nil
@@ -156,7 +203,7 @@ func (d *driver) check(f int, r result) error {
 	if ccall(d.fn[fnGetErrorString], uintptr(r), uintptr(unsafe.Pointer(&p))) == 0 {
 		msg = cString(p)
 	}
-	return newError(symbolNames[f], r, name, msg)
+	return newError(fname, r, name, msg)
 }
 
 // cString copies a NUL-terminated C string (at most 4 KiB of it).

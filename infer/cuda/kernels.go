@@ -109,15 +109,15 @@ func buildKernelTable() []kernelSpec {
 	P, I, F := pPtr, pI32, pF32
 	t := []kernelSpec{
 		kRMSNorm:          {"tq_rmsnorm", "ops", []paramKind{P, P, P, I, I, F}},
-		kRoPE:             {"tq_rope", "ops", []paramKind{P, I, I, I, I, I, I, F, F, F, F, F, F, P}},
+		kRoPE:             {"tq_rope", "ops", []paramKind{P, I, I, I, I, I, I, F, F, F, F, F, F, P, P}},
 		kSwiGLU:           {"tq_swiglu", "ops", []paramKind{P, P, I}},
 		kAdd:              {"tq_add", "ops", []paramKind{P, P, I}},
 		kAddRows:          {"tq_add_rows", "ops", []paramKind{P, P, I, I}},
-		kKVStore:          {"tq_kv_store", "ops", []paramKind{P, P, P, P, I, I, I, I, I}},
+		kKVStore:          {"tq_kv_store", "ops", []paramKind{P, P, P, P, I, I, I, I, I, P, I}},
 		kGatherRows:       {"tq_gather_rows", "ops", []paramKind{P, P, P, I, I}},
 		kScatterRows:      {"tq_scatter_rows", "ops", []paramKind{P, P, P, I, I}},
 		kMoECombine:       {"tq_moe_combine", "ops", []paramKind{P, P, P, I, I, I}},
-		kAttn:             {"tq_attn", "attention", []paramKind{P, P, P, P, P, I, I, I, I, I, I, F, I, I}},
+		kAttn:             {"tq_attn", "attention", []paramKind{P, P, P, P, P, I, I, I, I, I, I, F, I, I, P}},
 		kMoERoute:         {"tq_moe_route", "moe", []paramKind{P, P, P, I, I, I, I}},
 		kSSMConv:          {"tq_ssm_conv", "hybrid", []paramKind{P, P, P, P, I, I, I}},
 		kL2Norm:           {"tq_l2norm", "hybrid", []paramKind{P, I, I, I, I, F}},

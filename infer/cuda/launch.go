@@ -87,8 +87,9 @@ func checkGeometry(name string, grid, block dim3) error {
 	return nil
 }
 
-// launch runs kernel id with the given shape and arguments on the default stream. The caller holds
-// the device lock with the context current (see Device.do).
+// launch runs kernel id with the given shape and arguments on the default stream, or records it
+// while a graph is captured. The caller holds the device lock with the context current (see
+// Device.do).
 func (d *Device) launch(id kernelID, grid, block dim3, args ...arg) error {
 	spec := &kernelTable[id]
 	if err := checkGeometry(spec.name, grid, block); err != nil {
@@ -96,6 +97,10 @@ func (d *Device) launch(id kernelID, grid, block dim3, args ...arg) error {
 	}
 	if err := d.args.pack(spec, args); err != nil {
 		return err
+	}
+	if c := d.cap; c != nil { // recorded for a graph (graph.go), not run
+		c.nodes = append(c.nodes, graphNode{fn: d.fns[id], grid: grid, block: block, args: d.args.slab, n: d.args.n})
+		return nil
 	}
 	var pin runtime.Pinner
 	pin.Pin(d.args)

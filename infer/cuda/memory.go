@@ -65,6 +65,9 @@ func (d *Device) Alloc(n int) (Buffer, error) {
 // Free releases a buffer returned by Alloc or UploadF32 (not a Slice of one).
 func (d *Device) Free(b Buffer) error {
 	return d.do(func() error {
+		if err := d.noCapture("Free"); err != nil {
+			return err
+		}
 		if err := d.drv.call(fnStreamSynchronize, 0); err != nil {
 			return err
 		}
@@ -104,7 +107,12 @@ func (d *Device) Copy(dst, src Buffer) error {
 	if n == 0 {
 		return nil
 	}
-	return d.do(func() error { return d.drv.call(fnMemcpyDtoD, uintptr(dst.ptr), uintptr(src.ptr), uintptr(n*4)) })
+	return d.do(func() error {
+		if err := d.noCapture("Copy"); err != nil {
+			return err
+		}
+		return d.drv.call(fnMemcpyDtoD, uintptr(dst.ptr), uintptr(src.ptr), uintptr(n*4))
+	})
 }
 
 // UploadF32 allocates a buffer holding a copy of v (norm weights, biases, RoPE factors).
@@ -169,6 +177,9 @@ func (d *Device) Upload(name string, t gguf.GGMLType, dims []int64, data []byte)
 // FreeTensor releases an uploaded tensor.
 func (d *Device) FreeTensor(t *Tensor) error {
 	return d.do(func() error {
+		if err := d.noCapture("FreeTensor"); err != nil {
+			return err
+		}
 		if err := d.drv.call(fnStreamSynchronize, 0); err != nil {
 			return err
 		}
@@ -252,6 +263,9 @@ func (d *Device) NewKVCache(layers, ctx, kvDim int, kt, vt gguf.GGMLType) (*KVCa
 // FreeKVCache releases a KV cache.
 func (d *Device) FreeKVCache(c *KVCache) error {
 	return d.do(func() error {
+		if err := d.noCapture("FreeKVCache"); err != nil {
+			return err
+		}
 		var first error
 		if err := d.drv.call(fnStreamSynchronize, 0); err != nil {
 			first = err

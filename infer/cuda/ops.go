@@ -142,7 +142,8 @@ func (d *Device) RoPE(x Buffer, T, nHeads, headDim, pos0 int, r *Rope) error {
 	return d.do(func() error {
 		return d.launch(kRoPE, grid, block, argPtr(x.ptr), argI32(int32(T)), argI32(int32(nHeads)), argI32(int32(headDim)),
 			argI32(int32(pos0)), argI32(int32(r.NRot)), argBool(r.NeoX), argF32(r.ThetaScale), argF32(r.FreqScale),
-			argF32(r.ExtFactor), argF32(r.AttnFactor), argF32(r.Corr[0]), argF32(r.Corr[1]), argPtr(r.Freqs.ptr))
+			argF32(r.ExtFactor), argF32(r.AttnFactor), argF32(r.Corr[0]), argF32(r.Corr[1]), argPtr(r.Freqs.ptr),
+			d.posArg(math.MaxInt32-T))
 	})
 }
 
@@ -215,7 +216,8 @@ func (d *Device) KVStore(c *KVCache, layer, pos0, T int, k, v Buffer) error {
 	grid.z = 2 // keys and values in one launch
 	return d.do(func() error {
 		return d.launch(kKVStore, grid, block, argPtr(k.ptr), argPtr(v.ptr), argPtr(c.k[layer]), argPtr(c.v[layer]),
-			argI32(int32(pos0)), argI32(int32(T)), argI32(int32(c.KVDim)), argI32(kvTypeCode(c.K)), argI32(kvTypeCode(c.V)))
+			argI32(int32(pos0)), argI32(int32(T)), argI32(int32(c.KVDim)), argI32(kvTypeCode(c.K)), argI32(kvTypeCode(c.V)),
+			d.posArg(c.Ctx-T), argI32(int32(c.Ctx)))
 	})
 }
 
@@ -258,7 +260,8 @@ func (d *Device) Attention(out, q Buffer, c *KVCache, layer, pos0, T, nHead, nHe
 		}
 		return d.launch(kAttn, grid, block, argPtr(q.ptr), argPtr(c.k[layer]), argPtr(c.v[layer]), argPtr(out.ptr),
 			argPtr(scores), argI32(int32(T)), argI32(int32(pos0)), argI32(int32(nHead)), argI32(int32(nHeadKV)),
-			argI32(int32(headDim)), argI32(int32(c.Ctx)), argF32(scale), argI32(kvTypeCode(c.K)), argI32(kvTypeCode(c.V)))
+			argI32(int32(headDim)), argI32(int32(c.Ctx)), argF32(scale), argI32(kvTypeCode(c.K)), argI32(kvTypeCode(c.V)),
+			d.posArg(c.Ctx-T))
 	})
 }
 

@@ -30,14 +30,21 @@ __device__ __forceinline__ u64 kv_row_bytes(int t, int n) { return t == KV_Q8_0 
 // with q rounded to the key type and p to f16 for an f16 value cache (see above). q and out hold
 // T rows of nhead*hd floats; kc/vc hold ctx rows of nkv*hd elements of types kt/vt (KV_F16 or
 // KV_Q8_0; q8_0 needs hd % 32 == 0); scores is scratch of T*nhead*ctx floats. Requires hd <= 256,
-// nhead % nkv == 0, pos0+T <= ctx. Launch: grid = (nhead, T), block = 256.
+// nhead % nkv == 0, pos0+T <= ctx. A non-null posp replaces pos0 by *posp (a recorded graph
+// replayed at later positions); outside [0, ctx - T] nothing is written. Launch: grid = (nhead,
+// T), block = 256.
 extern "C" __global__ void tq_attn(const float* q, const u8* kc, const u8* vc, float* out, float* scores,
-                                   int T, int pos0, int nhead, int nkv, int hd, int ctx, float scale, int kt, int vt) {
+                                   int T, int pos0, int nhead, int nkv, int hd, int ctx, float scale, int kt, int vt,
+                                   const int* posp) {
     __shared__ float qs[ATTN_MAX_HD];
     __shared__ float red[ATTN_THREADS];
     __shared__ float sh[32];
     const int h = blockIdx.x, t = blockIdx.y;
     if (h >= nhead || t >= T) return; // uniform for the block
+    if (posp) {
+        pos0 = *posp;
+        if (pos0 < 0 || pos0 > ctx - T) return; // uniform for the launch
+    }
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
     const int g = h / (nhead / nkv);
     const int L = pos0 + t + 1;

@@ -24,12 +24,14 @@ extern "C" __global__ void tq_rmsnorm(const float* x, const float* w, float* y, 
 // of T rows x[t*nheads*hd ...] at positions pos0+t, as ggml_rope_ext does: pair i has angle
 // pos·theta_scale^i (repeated float multiplication, as ggml), optionally divided by freqs[i], with
 // linear and YaRN scaling. neox selects the (i, i + nrot/2) pairing, otherwise (2i, 2i+1).
+// A non-null posp replaces pos0 by *posp (a recorded graph replayed at later positions).
 // Launch: grid = (nheads, T), block = nrot/2 (<= 1024).
 extern "C" __global__ void tq_rope(float* x, int T, int nheads, int hd, int pos0, int nrot, int neox,
                                    float theta_scale, float freq_scale, float ext_factor, float attn_factor,
-                                   float corr0, float corr1, const float* freqs) {
+                                   float corr0, float corr1, const float* freqs, const int* posp) {
     const int h = blockIdx.x, t = blockIdx.y, i = threadIdx.x;
     if (h >= nheads || t >= T || 2 * i >= nrot) return;
+    if (posp) pos0 = *posp;
     float theta = (float)(pos0 + t);
     for (int j = 0; j < i; ++j) theta *= theta_scale;
     const float ff = freqs ? freqs[i] : 1.0f;
@@ -77,11 +79,17 @@ extern "C" __global__ void tq_add_rows(float* y, const float* b, int n, int T) {
 // vc, type vt), kvdim floats each and already rotated, to the cache type and stores them at cache
 // rows pos0 .. pos0+T-1: type 1 (f16): halves, round to nearest even; type 8 (q8_0): per 32 values
 // (kvdim % 32 == 0) ggml's quantize_row_q8_0: d = amax/127, q = round(x·(1/d)), stored as an f16
-// d and 32 int8 (34 bytes; one warp per block). Launch: grid = (ceil(kvdim/256), T, 2), block 256.
+// d and 32 int8 (34 bytes; one warp per block). A non-null posp replaces pos0 by *posp, which
+// must then lie in [0, ctx - T] (nothing is stored otherwise). Launch: grid = (ceil(kvdim/256), T,
+// 2), block 256.
 extern "C" __global__ void tq_kv_store(const float* k, const float* v, u8* kc, u8* vc, int pos0, int T, int kvdim,
-                                       int kt, int vt) {
+                                       int kt, int vt, const int* posp, int ctx) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
     if (i >= kvdim || r >= T) return; // whole warps: kvdim is a multiple of 32 for q8_0
+    if (posp) {
+        pos0 = *posp;
+        if (pos0 < 0 || pos0 > ctx - T) return; // uniform for the launch
+    }
     const bool isv = blockIdx.z != 0;
     const float x = (isv ? v : k)[(u64)r * kvdim + i];
     u8* c = isv ? vc : kc;

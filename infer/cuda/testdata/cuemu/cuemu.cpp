@@ -230,12 +230,18 @@ static void call_kernel(void (*f)(A...), void** p) {
     call_impl(f, p, std::index_sequence_for<A...>{});
 }
 
+template <typename... A>
+static std::vector<size_t> param_sizes(void (*)(A...)) {
+    return {sizeof(A)...};
+}
+
 struct Kernel {
     const char* name;
     void (*fn)(void**);
+    std::vector<size_t> (*sizes)(); // of the parameters, for graph nodes (which copy them)
 };
 
-#define TQ_REG(k) {#k, [](void** p) { call_kernel(k, p); }},
+#define TQ_REG(k) {#k, [](void** p) { call_kernel(k, p); }, []() { return param_sizes(k); }},
 static const Kernel g_kernels[] = {
 #include "tq_registry.inc"
 };
@@ -427,6 +433,82 @@ CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned
                     return ERR_LAUNCH_FAILED;
                 }
             }
+    return OK;
+}
+
+// ---- graphs: kernel nodes in a chain, replayed in the order they were added ------------------
+
+struct KernelNodeParams { // CUDA_KERNEL_NODE_PARAMS_v2
+    void* func;
+    unsigned gx, gy, gz, bx, by, bz, shmem;
+    void** params;
+    void** extra;
+    void* kern;
+    void* ctx;
+};
+struct GraphNode {
+    const Kernel* k;
+    unsigned g[3], b[3], shmem;
+    std::vector<std::vector<unsigned char>> vals; // the copied parameter values
+};
+struct Graph {
+    std::vector<GraphNode> nodes;
+};
+struct GraphExec {
+    std::vector<GraphNode> nodes;
+};
+
+CUresult cuGraphCreate(void** g, unsigned flags) {
+    if (!g || flags != 0) return ERR_INVALID_VALUE;
+    *g = new Graph;
+    return OK;
+}
+CUresult cuGraphAddKernelNode_v2(void** node, void* graph, void* const* deps, size_t ndeps, const KernelNodeParams* p) {
+    Graph* g = (Graph*)graph;
+    if (!node || !g || !p || !p->func || !p->params || p->extra || p->kern) return ERR_INVALID_VALUE;
+    // Nodes are run in the order they were added: each dependency must be an earlier node.
+    for (size_t i = 0; i < ndeps; ++i) {
+        const size_t id = (size_t)deps[i];
+        if (id == 0 || id > g->nodes.size()) return ERR_INVALID_VALUE;
+    }
+    GraphNode n;
+    n.k = (const Kernel*)p->func;
+    n.g[0] = p->gx, n.g[1] = p->gy, n.g[2] = p->gz;
+    n.b[0] = p->bx, n.b[1] = p->by, n.b[2] = p->bz;
+    n.shmem = p->shmem;
+    for (size_t i = 0, sz; i < n.k->sizes().size(); ++i) {
+        sz = n.k->sizes()[i];
+        const unsigned char* v = (const unsigned char*)p->params[i];
+        n.vals.emplace_back(v, v + sz);
+    }
+    g->nodes.push_back(std::move(n));
+    *node = (void*)(size_t)g->nodes.size(); // 1-based id
+    return OK;
+}
+CUresult cuGraphInstantiateWithFlags(void** exec, void* graph, unsigned long long flags) {
+    Graph* g = (Graph*)graph;
+    if (!exec || !g || flags != 0) return ERR_INVALID_VALUE;
+    *exec = new GraphExec{g->nodes};
+    return OK;
+}
+CUresult cuGraphLaunch(void* exec, void* stream) {
+    GraphExec* e = (GraphExec*)exec;
+    if (!e) return ERR_INVALID_VALUE;
+    for (GraphNode& n : e->nodes) {
+        std::vector<void*> ptrs;
+        for (auto& v : n.vals) ptrs.push_back(v.data());
+        const CUresult r = cuLaunchKernel((void*)n.k, n.g[0], n.g[1], n.g[2], n.b[0], n.b[1], n.b[2], n.shmem, stream,
+                                          ptrs.data(), nullptr);
+        if (r != OK) return r;
+    }
+    return OK;
+}
+CUresult cuGraphExecDestroy(void* exec) {
+    delete (GraphExec*)exec;
+    return OK;
+}
+CUresult cuGraphDestroy(void* graph) {
+    delete (Graph*)graph;
     return OK;
 }
 
