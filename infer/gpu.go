@@ -80,6 +80,7 @@ type gpuModel struct {
 	nKV     int   // device blocks with a KV cache slice
 	nState  int   // device Gated DeltaNet blocks (recurrent states per session)
 	bytes   int64 // device memory of the uploaded weights
+	graphs  bool  // Options.GPUGraphs: replay recorded single-token steps
 
 	tensors []*cuda.Tensor // everything uploaded, for Close
 	buffers []cuda.Buffer
@@ -137,7 +138,7 @@ func (m *Model) setupGPU() error {
 		return unsupported("%d experts with %d used exceed the device router's limits (1024, 64)", c.NExpert, c.NExpertUse)
 	}
 	g := &gpuModel{be: o.Backend, first: max(0, c.NLayer-o.GPULayers), head: o.GPULayers > c.NLayer,
-		sessions: map[*gpuSession]struct{}{}}
+		graphs: o.GPUGraphs, sessions: map[*gpuSession]struct{}{}}
 	if err := g.upload(m); err != nil {
 		g.free()
 		return err

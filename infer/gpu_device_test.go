@@ -108,7 +108,7 @@ func TestGPUDeviceMatchesCPU(t *testing.T) {
 				tol = gpuTolDeviceQ8Cache
 			}
 			base := Options{CtxSize: 256, CacheTypeK: tc.cacheK, CacheTypeV: tc.cacheV}
-			r := compareDevice(t, srcs[i], base, Options{Backend: dev, GPULayers: tc.gpuLayers, CPUMoE: tc.cpuMoE},
+			r := compareDevice(t, srcs[i], base, Options{Backend: dev, GPULayers: tc.gpuLayers, CPUMoE: tc.cpuMoE, GPUGraphs: true},
 				randTokens(7, nPrompt, tc.spec.Vocab), randTokens(8, nSteps, tc.spec.Vocab), nGreedy, tol)
 			t.Logf("%s: %s", tc.name, r)
 			if r.dFull > tol {
@@ -234,6 +234,7 @@ type decodeBenchState struct {
 	once       sync.Once
 	gm         *Model
 	s          *Session
+	eager      *Session // the same model loaded without GPUGraphs (kernel by kernel)
 	prompt     []int32
 	promptTokS float64
 	cpuTokS    float64
@@ -276,12 +277,22 @@ func (st *decodeBenchState) setup(b *testing.B, mk func() (src Source, vocab, la
 		}
 		st.cpuTokS = 4 / time.Since(start).Seconds()
 		cpu.Close()
-		st.gm, err = Load(src, Options{CtxSize: 1024, Backend: dev, GPULayers: layers + 1})
+		st.gm, err = Load(src, Options{CtxSize: 1024, Backend: dev, GPULayers: layers + 1, GPUGraphs: true})
 		if err != nil {
 			st.err = err
 			return
 		}
 		st.bytes = bytes(st.gm)
+		em, err := Load(src, Options{CtxSize: 1024, Backend: dev, GPULayers: layers + 1})
+		if err != nil {
+			st.err = err
+			return
+		}
+		st.eager, _ = em.NewSession()
+		if _, err := st.eager.Eval(st.prompt, LogitsNone); err != nil {
+			st.err = err
+			return
+		}
 		st.s, _ = st.gm.NewSession()
 		if _, err := st.s.Eval(st.prompt, LogitsLast); err != nil { // warm-up: allocates the buffers
 			st.err = err
@@ -300,29 +311,42 @@ func (st *decodeBenchState) setup(b *testing.B, mk func() (src Source, vocab, la
 	}
 }
 
-// run times b.N single-token decode steps and reports tokens/s, the weight GB/s they read, that
-// as a percentage of the copy bandwidth, the speed-up over the CPU and the prompt speed. A full
-// context starts again from the prompt, outside the timer (a recurrent state rolls back only to 0).
+// run times b.N single-token decode steps (the recorded graph replayed) and reports tokens/s,
+// the weight GB/s they read, that as a percentage of the copy bandwidth, the speed-up over the
+// CPU, the prompt speed, and the speed of as many steps launched kernel by kernel (no GPUGraphs) with
+// the graph's speed-up over them. A full context starts again from the prompt, outside the timer
+// (a recurrent state rolls back only to 0).
 func (st *decodeBenchState) run(b *testing.B) {
-	s := st.s
-	tok := []int32{1}
-	b.ResetTimer()
-	for i := range b.N {
-		if s.Pos() >= s.CtxSize() {
-			b.StopTimer()
-			s.Reset()
-			if _, err := s.Eval(st.prompt, LogitsNone); err != nil {
+	steps := func(s *Session, n int) time.Duration {
+		tok := []int32{1}
+		var total time.Duration
+		for i := range n {
+			if s.Pos() >= s.CtxSize() {
+				s.Reset()
+				if _, err := s.Eval(st.prompt, LogitsNone); err != nil {
+					b.Fatal(err)
+				}
+			}
+			tok[0] = int32(i % 200)
+			start := time.Now()
+			if _, err := s.Eval(tok, LogitsLast); err != nil {
 				b.Fatal(err)
 			}
-			b.StartTimer()
+			total += time.Since(start)
 		}
-		tok[0] = int32(i % 200)
-		if _, err := s.Eval(tok, LogitsLast); err != nil {
-			b.Fatal(err)
-		}
+		return total
 	}
+	b.ResetTimer()
 	b.StopTimer()
-	tokS := float64(b.N) / b.Elapsed().Seconds()
+	elapsed := steps(st.s, b.N)
+	if ds := st.s.gpu; ds.graphLaunches == 0 {
+		b.Fatalf("no decode step replayed a graph: %v", ds.graphErr)
+	}
+	eagerTokS := float64(b.N) / steps(st.eager, b.N).Seconds()
+	tokS := float64(b.N) / elapsed.Seconds()
+	b.ReportMetric(float64(elapsed.Nanoseconds())/float64(b.N), "ns/op")
+	b.ReportMetric(eagerTokS, "eager-tok/s")
+	b.ReportMetric(tokS/eagerTokS, "x-eager")
 	gbs := float64(st.bytes) * tokS / 1e9
 	b.ReportMetric(tokS, "tok/s")
 	b.ReportMetric(gbs, "GB/s")

@@ -71,7 +71,7 @@ func testGPUHybrid(t *testing.T, dev cuda.Backend, short bool) {
 				src = g
 			}
 			base := Options{Threads: 2, CtxSize: 64, BatchSize: tc.batch, CacheTypeK: tc.cache, CacheTypeV: tc.cache}
-			r := compareDevice(t, src, base, Options{Backend: dev, GPULayers: tc.gpuLayers, CPUMoE: tc.cpuMoE},
+			r := compareDevice(t, src, base, Options{Backend: dev, GPULayers: tc.gpuLayers, CPUMoE: tc.cpuMoE, GPUGraphs: true},
 				randTokens(7, 12, 1400), randTokens(8, 4, 1400), 16, gpuTolFull)
 			p := r.placement
 			nl := 4

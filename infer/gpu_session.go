@@ -33,6 +33,11 @@ type gpuSession struct {
 	wts            []float32 // and their weights
 	tokIdx, slotIx []int32   // rows routed to one expert: token index, (token, slot) index
 	released       bool
+
+	// the device blocks of a single-token step, recorded once and replayed (Options.GPUGraphs)
+	graph         *cuda.Graph
+	graphErr      error // why no graph is recorded (then every step runs eagerly)
+	graphLaunches int   // steps that replayed the graph
 }
 
 // headRows is how many rows the device LM head computes per call (bounds the logits buffer); a
@@ -129,6 +134,7 @@ func (ds *gpuSession) allocStates(c *Config, n int) error {
 func (ds *gpuSession) grow(m *Model, T int) error {
 	c := m.cfg
 	g := m.gpu
+	ds.dropGraph() // it refers to the old buffers
 	ds.freeBufs()
 	ds.capT = 0
 	var err error
@@ -211,6 +217,7 @@ func (ds *gpuSession) release() error {
 		return nil
 	}
 	ds.released = true
+	ds.dropGraph()
 	err := ds.freeBufs()
 	for _, b := range ds.stateBufs {
 		if e := ds.be.Free(b); e != nil && err == nil {
@@ -254,15 +261,17 @@ func (s *Session) runBlocks(T int) error {
 	E := s.m.cfg.NEmbd
 	ops := &devOps{be: ds.be}
 	ops.do(func() error { return ds.be.Write(ds.x, s.x[:T*E]) })
-	for i, b := range g.blocks {
-		if ops.err != nil {
-			break
-		}
-		if b.hy != nil {
-			s.gpuHybridLayer(ops, ds, b, g.first+i, T, s.pos)
+	if gr := s.gpuGraph(ds, T); gr != nil && ops.err == nil {
+		if err := gr.Launch(s.pos); err != nil {
+			// The launch was refused (nothing ran): run this step and the later ones eagerly.
+			ds.graphErr = fmt.Errorf("graph launch: %w", err)
+			ds.dropGraph()
+			s.gpuBlocks(ops, ds, T)
 		} else {
-			s.gpuLayer(ops, ds, b, g.first+i, T, s.pos)
+			ds.graphLaunches++
 		}
+	} else {
+		s.gpuBlocks(ops, ds, T)
 	}
 	if !g.head {
 		ops.do(func() error { return ds.be.Read(s.x[:T*E], ds.x) })
@@ -271,6 +280,68 @@ func (s *Session) runBlocks(T int) error {
 		return fmt.Errorf("infer: GPU layers: %w", ops.err)
 	}
 	return nil
+}
+
+// gpuBlocks queues every device block on the T rows of the device hidden state at positions
+// s.pos...
+func (s *Session) gpuBlocks(ops *devOps, ds *gpuSession, T int) {
+	g := s.m.gpu
+	for i, b := range g.blocks {
+		if ops.err != nil {
+			return
+		}
+		if b.hy != nil {
+			s.gpuHybridLayer(ops, ds, b, g.first+i, T, s.pos)
+		} else {
+			s.gpuLayer(ops, ds, b, g.first+i, T, s.pos)
+		}
+	}
+}
+
+// gpuGraph returns the recorded graph of the device blocks for a single-token step, recording
+// it at the first such step after position 0 (position 0 clears recurrent states, which later
+// steps do not), or nil when this step runs kernel by kernel: batches, no Options.GPUGraphs, a
+// backend without graphs, or blocks whose work leaves the device (experts on the CPU), which
+// make the recording fail once (graphErr) and the session run eagerly from then on. Recording
+// runs nothing: the caller launches the graph for this step too.
+func (s *Session) gpuGraph(ds *gpuSession, T int) *cuda.Graph {
+	if T != 1 || s.pos == 0 || !s.m.gpu.graphs || ds.graphErr != nil {
+		return nil
+	}
+	if ds.graph != nil {
+		return ds.graph
+	}
+	cp, ok := ds.be.(cuda.Capturer)
+	if !ok || !cp.GraphsSupported() {
+		ds.graphErr = cuda.ErrNoGraphs
+		return nil
+	}
+	if err := cp.BeginCapture(); err != nil {
+		ds.graphErr = err
+		return nil
+	}
+	ops := &devOps{be: ds.be}
+	s.gpuBlocks(ops, ds, T)
+	if ops.err != nil {
+		cp.AbortCapture()
+		ds.graphErr = ops.err
+		return nil
+	}
+	gr, err := cp.EndCapture()
+	if err != nil {
+		ds.graphErr = err
+		return nil
+	}
+	ds.graph = gr
+	return gr
+}
+
+// dropGraph frees the session's recorded graph (its buffers are about to change or go).
+func (ds *gpuSession) dropGraph() {
+	if ds.graph != nil {
+		ds.graph.Destroy()
+		ds.graph = nil
+	}
 }
 
 // gpuLayer runs block il on the T rows of the device hidden state at positions
@@ -346,8 +417,13 @@ func (s *Session) outputLogits(rows []int) ([][]float32, error) {
 		for _, r := range rows[r0:r1] {
 			idx = append(idx, int32(r))
 		}
-		ops.do(func() error { return be.GatherRows(ds.hh, ds.x, idx, E) })
-		ops.do(func() error { return be.RMSNorm(ds.hh, ds.hh, g.outNorm, E, n, float32(c.RMSEps)) })
+		if n == 1 { // (decode) normalise the row in place of gathering it: no host copy
+			r := rows[r0]
+			ops.do(func() error { return be.RMSNorm(ds.hh, ds.x.Slice(r*E, E), g.outNorm, E, 1, float32(c.RMSEps)) })
+		} else {
+			ops.do(func() error { return be.GatherRows(ds.hh, ds.x, idx, E) })
+			ops.do(func() error { return be.RMSNorm(ds.hh, ds.hh, g.outNorm, E, n, float32(c.RMSEps)) })
+		}
 		ops.do(func() error { return be.MatMul(ds.lg, g.output, 0, ds.hh, n) })
 		ops.do(func() error { return be.Read(flat[r0*V:r1*V], ds.lg) })
 	}

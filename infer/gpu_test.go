@@ -238,7 +238,7 @@ func compareDevice(t *testing.T, src Source, base, gpu Options, prompt, steps []
 	}
 	cpuFull := load(Options{FullPrecision: true})
 	cpuDef := load(Options{})
-	gm := load(Options{Backend: gpu.Backend, GPULayers: gpu.GPULayers, CPUMoE: gpu.CPUMoE, FullPrecision: true})
+	gm := load(Options{Backend: gpu.Backend, GPULayers: gpu.GPULayers, CPUMoE: gpu.CPUMoE, FullPrecision: true, GPUGraphs: gpu.GPUGraphs})
 	rf, rd, rg := evalScript(t, cpuFull, prompt, steps), evalScript(t, cpuDef, prompt, steps), evalScript(t, gm, prompt, steps)
 	return deviceComparison{placement: gm.GPUPlacement(), dFull: maxProbDiff(rg, rf), dDef: maxProbDiff(rg, rd),
 		cpuGap: maxProbDiff(rf, rd), same: compareGreedy(t, cpuFull, gm, prompt, nGreedy, tol), greedy: nGreedy}

@@ -58,6 +58,12 @@ type Options struct {
 	// experts on the CPU and adds their output back on the device. >= n_layer keeps every
 	// expert on the CPU (--cpu-moe).
 	CPUMoE int
+	// GPUGraphs makes each session record the device blocks' kernel launches of one
+	// single-token step once (at the first such step after position 0) and replay that CUDA
+	// graph for every later one, instead of launching kernel by kernel: the same kernels with
+	// the same results, without the per-launch host cost that bounds the decode speed of small
+	// and medium models. Off by default until measured on real GPUs (see docs/cuda.md).
+	GPUGraphs bool
 
 	// gemmMin is the smallest batch that uses the tiled f32 GEMM (0: defaultGemmMin; < 0:
 	// never). Tests use it to force one path.

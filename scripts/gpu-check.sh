@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # gpu-check.sh: the CUDA device checks of packages infer/cuda and infer (the GPU layer executor)
-# and of `tq run` in one script, inside one 450 s device call (hard limits: 100 s + 50 s for the
+# and of `tq run` in one script, inside one 480 s device call (hard limits: 100 s + 50 s for the
 # kernel tests and benchmarks, 130 s for the full-model tests, 60 s + 40 s for the dense and the
-# hybrid decode benchmarks, 3 × 20 s for tq run).
+# hybrid decode benchmarks, 4 × 20 s for tq run).
 #
 #   scripts/gpu-check.sh build   build build/cuda.test and build/infer.test (the test binaries of
 #                                infer/cuda and infer) and bin/tq, all with CGO_ENABLED=0 and
@@ -30,7 +30,8 @@
 #   infer.test -test.bench GPUDecodeHybrid -benchtime 32x   the same for a 2.4 GB qwen35moe with
 #                                               the 35B-A3B block layout in the turboquant types
 #                                               (GB/s of the weights one token reads)
-#   bin/tq run on a Q8_0 conversion of testdata/verify/toolmodel, auto (GPU) and --backend cpu
+#   bin/tq run on a Q8_0 conversion of testdata/verify/toolmodel, auto (GPU), auto with
+#                                               --cuda-graphs, and --backend cpu
 # Logs go to $OUT/gpu-check/ when OUT is set, else build/gpu-check/: env.txt, tests.log,
 # bench.log, infer-tests.log, infer-bench.log, tq-run.log, summary.txt. Exit status 0 only if
 # the build (when done), every test and tq run passed.
@@ -85,10 +86,13 @@ tqrun() {
 	local args=(run "$dir/tool.gguf" --tools testdata/demo/tools-weather.json -p "What's the weather like in Lisbon right now?" -n 64 --temp 0)
 	timeout 20 bin/tq "${args[@]}" >"$dir/gpu.txt" || { echo "tq run: FAILED (exit $?): GPU run"; rc=1; }
 	timeout 20 bin/tq "${args[@]}" --json | grep -E '"(device|backend|gpu_layers|output_on_gpu|ngl|gen_tok_s|prompt_tok_s)"'
+	timeout 20 bin/tq "${args[@]}" --cuda-graphs >"$dir/graphs.txt" || { echo "tq run: FAILED (exit $?): GPU run with --cuda-graphs"; rc=1; }
 	timeout 20 bin/tq "${args[@]}" --backend cpu >"$dir/cpu.txt" 2>/dev/null || { echo "tq run: FAILED (exit $?): CPU run"; rc=1; }
 	echo "GPU text: $(tr '\n' ' ' <"$dir/gpu.txt")"
+	echo "GPU text with --cuda-graphs: $(tr '\n' ' ' <"$dir/graphs.txt")"
 	echo "CPU text: $(tr '\n' ' ' <"$dir/cpu.txt")"
 	if cmp -s "$dir/gpu.txt" "$dir/cpu.txt"; then echo "tq run: GPU and CPU texts identical"; else echo "tq run: GPU and CPU texts DIFFER"; fi
+	if cmp -s "$dir/graphs.txt" "$dir/cpu.txt"; then echo "tq run: GPU (--cuda-graphs) and CPU texts identical"; else echo "tq run: GPU (--cuda-graphs) and CPU texts DIFFER"; fi
 	rm -rf "$dir"
 	return $rc
 }

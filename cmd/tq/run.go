@@ -41,6 +41,7 @@ type runOptions struct {
 	backend                    string
 	cpuMoE                     bool
 	nCPUMoE                    int
+	cudaGraphs                 bool
 	verbose                    bool
 	cacheKSet, cacheVSet       bool // --cache-type-k/-v given (else the file's turboquant.kv_cache_dtype, else f16)
 }
@@ -75,7 +76,10 @@ memory, and printed in one line; --cpu-moe keeps every routed expert tensor on t
 compute in float32 without activation rounding and keep an f16 or q8_0 KV cache on the
 device; the Qwen3.5/3.6 hybrids (qwen35, qwen35moe) keep their Gated DeltaNet states there
 too. Models the GPU backend cannot run (weight types without a CUDA kernel, a KV cache other
-than f16 or q8_0) run on the CPU with one line saying why.`,
+than f16 or q8_0) run on the CPU with one line saying why. --cuda-graphs records the GPU
+blocks' kernel launches of one generated token once and replays them as a CUDA graph for every
+later token (less host time per token; same kernels, same results on the emulator; not yet
+measured on a real GPU, so it is off by default).`,
 		Example: `  tq run model.gguf -p "The capital of France is" -n 32
   tq run model.gguf -p "Write a haiku about Go." --chat --temp 0.7 --seed 1
   tq run model.gguf -i --system "You are terse." --no-think
@@ -123,6 +127,7 @@ than f16 or q8_0) run on the CPU with one line saying why.`,
 	f.StringVar(&o.vram, "vram", "", "GPU memory budget for the planned placement, e.g. 8GiB (default: the device's free memory)")
 	f.BoolVar(&o.cpuMoE, "cpu-moe", false, "keep every MoE expert tensor on the CPU (llama.cpp --cpu-moe)")
 	f.IntVar(&o.nCPUMoE, "n-cpu-moe", 0, "keep the routed experts of the first N blocks on the CPU (llama.cpp --n-cpu-moe; with a planned placement, at least N)")
+	f.BoolVar(&o.cudaGraphs, "cuda-graphs", false, "replay each generated token's GPU kernels as one recorded CUDA graph")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "also say which backend was chosen when it is the CPU and no GPU was asked for")
 	rootCmd.AddCommand(cmd)
 	if len(os.Args) > 1 && slices.Contains(os.Args[1:], "run") {
@@ -380,6 +385,7 @@ type runPlacement struct {
 	GPULayers      int    `json:"gpu_layers"`       // blocks on the GPU (the last ones)
 	OutputOnGPU    bool   `json:"output_on_gpu"`    // output norm and LM head on the GPU
 	CPUMoE         int    `json:"cpu_moe"`          // GPU blocks whose experts stay on the CPU
+	CUDAGraphs     bool   `json:"cuda_graphs"`      // --cuda-graphs
 	NGL            int    `json:"ngl"`              // the equivalent -ngl
 	GPUWeightBytes int64  `json:"gpu_weight_bytes"` // uploaded weights
 	Source         string `json:"source"`           // how the placement was chosen
@@ -494,7 +500,7 @@ func loadRunModel(logw io.Writer, path string, o *runOptions) (*runModel, error)
 			r.dev, r.device = nil, "CPU"
 		} else {
 			g := opts
-			g.Backend, g.GPULayers, g.CPUMoE = r.dev, ngl, cpuMoE
+			g.Backend, g.GPULayers, g.CPUMoE, g.GPUGraphs = r.dev, ngl, cpuMoE, o.cudaGraphs
 			g.CacheTypeK, g.CacheTypeV = gkv.K, gkv.V
 			m, err := infer.Load(src, g)
 			var ce *cuda.Error // a driver failure while uploading (out of memory, ...)
@@ -503,7 +509,7 @@ func loadRunModel(logw io.Writer, path string, o *runOptions) (*runModel, error)
 				r.m, r.kv = m, gkv
 				p := m.GPUPlacement()
 				r.placement = runPlacement{GPULayers: p.Layers, OutputOnGPU: p.OutputOnGPU, CPUMoE: p.CPUMoE, NGL: ngl,
-					GPUWeightBytes: p.WeightBytes, Source: how}
+					GPUWeightBytes: p.WeightBytes, Source: how, CUDAGraphs: o.cudaGraphs}
 				fmt.Fprintln(logw, "tq run: placement: "+placementLine(cfg, r.placement))
 				return loaded()
 			case (errors.Is(err, infer.ErrGPUUnsupported) || errors.As(err, &ce)) && name != "cuda":

@@ -139,6 +139,20 @@ func TestRunGPUEmulator(t *testing.T) {
 	}
 	t.Logf("greedy text on the device, identical to the CPU FullPrecision run: %q", r.Text)
 
+	// --cuda-graphs: the generated tokens replay one recorded graph; same text, and --json says so
+	o.cudaGraphs = true
+	js, _, err = runCapture(t, model, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = runResult{}
+	if err := json.Unmarshal([]byte(js), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Text != want || !r.Placement.CUDAGraphs {
+		t.Errorf("--cuda-graphs generated %q (placement %+v), the CPU FullPrecision run %q", r.Text, r.Placement, want)
+	}
+
 	// a KV cache type the device does not have: one line, then the CPU; an error with cuda
 	o = plain()
 	o.cacheK, o.ngl, o.nglSet, o.n = "q4_0", 3, true, 2
