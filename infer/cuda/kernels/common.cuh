@@ -34,6 +34,9 @@ __device__ __forceinline__ u16 f2h(float f) {
 // bf2f converts bfloat16 bits to float (exact).
 __device__ __forceinline__ float bf2f(u16 h) { return __uint_as_float(((u32)h) << 16); }
 
+// bits_f reinterprets 32 bits as a float.
+__device__ __forceinline__ float bits_f(u32 u) { return __uint_as_float(u); }
+
 // Alignment-checked loads. On the device they are plain loads; the emulator checks that the address
 // has the alignment the device would require.
 __device__ __forceinline__ u16 ld_u16(const u8* p) { return *(const u16*)p; }
@@ -45,6 +48,14 @@ __device__ __forceinline__ int shfl_xor_i(int v, int m) { return __shfl_xor_sync
 #else
 #include "cuemu.h"
 #endif
+
+// u2f_off returns (float)v - off, exactly, for integers 0 <= v < 2^23 and off (a small integer)
+// without an integer-to-float conversion: v is placed in the mantissa of 2^23 and 2^23 + off is
+// subtracted (one logic operation and one float add). The quantized mat-vecs convert every
+// weight, and I2F issues at a quarter of the rate of float adds on sm_90 (16 per clock per SM),
+// which made it their bottleneck.
+__device__ __forceinline__ float u2f_off(u32 v, float off) { return bits_f(0x4B000000u | v) - (8388608.0f + off); }
+__device__ __forceinline__ float u2f(u32 v) { return u2f_off(v, 0.0f); }
 
 // warp_sum returns the sum of v over the 32 lanes of the warp (every lane gets it).
 __device__ __forceinline__ float warp_sum(float v) {

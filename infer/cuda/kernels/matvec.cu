@@ -21,11 +21,11 @@
 // nibbles, sub-block 2c) and 64c+32+8i+k (high nibbles, sub-block 2c+1).
 __device__ __forceinline__ void scale_min_k4(int j, const u8* s, float* sc, float* m) {
     if (j < 4) {
-        *sc = (float)(s[j] & 63);
-        *m = (float)(s[j + 4] & 63);
+        *sc = u2f(s[j] & 63);
+        *m = u2f(s[j + 4] & 63);
     } else {
-        *sc = (float)((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4));
-        *m = (float)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+        *sc = u2f((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4));
+        *m = u2f((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
     }
 }
 
@@ -48,14 +48,14 @@ __device__ __forceinline__ void lane_q4_k(const u8* w, int nb, const float* x, i
             if (t >= T) break;
             const float* xl = x + (u64)t * n + e0;
             const float4 a0 = ld_f4(xl), a1 = ld_f4(xl + 4), b0 = ld_f4(xl + 32), b1 = ld_f4(xl + 36);
-            const float lo = (float)(q0 & 15) * a0.x + (float)((q0 >> 8) & 15) * a0.y +
-                             (float)((q0 >> 16) & 15) * a0.z + (float)((q0 >> 24) & 15) * a0.w +
-                             (float)(q1 & 15) * a1.x + (float)((q1 >> 8) & 15) * a1.y +
-                             (float)((q1 >> 16) & 15) * a1.z + (float)((q1 >> 24) & 15) * a1.w;
-            const float hi = (float)((q0 >> 4) & 15) * b0.x + (float)((q0 >> 12) & 15) * b0.y +
-                             (float)((q0 >> 20) & 15) * b0.z + (float)((q0 >> 28) & 15) * b0.w +
-                             (float)((q1 >> 4) & 15) * b1.x + (float)((q1 >> 12) & 15) * b1.y +
-                             (float)((q1 >> 20) & 15) * b1.z + (float)((q1 >> 28) & 15) * b1.w;
+            const float lo = u2f(q0 & 15) * a0.x + u2f((q0 >> 8) & 15) * a0.y +
+                             u2f((q0 >> 16) & 15) * a0.z + u2f((q0 >> 24) & 15) * a0.w +
+                             u2f(q1 & 15) * a1.x + u2f((q1 >> 8) & 15) * a1.y +
+                             u2f((q1 >> 16) & 15) * a1.z + u2f((q1 >> 24) & 15) * a1.w;
+            const float hi = u2f((q0 >> 4) & 15) * b0.x + u2f((q0 >> 12) & 15) * b0.y +
+                             u2f((q0 >> 20) & 15) * b0.z + u2f((q0 >> 28) & 15) * b0.w +
+                             u2f((q1 >> 4) & 15) * b1.x + u2f((q1 >> 12) & 15) * b1.y +
+                             u2f((q1 >> 20) & 15) * b1.z + u2f((q1 >> 28) & 15) * b1.w;
             const float slo = a0.x + a0.y + a0.z + a0.w + a1.x + a1.y + a1.z + a1.w;
             const float shi = b0.x + b0.y + b0.z + b0.w + b1.x + b1.y + b1.z + b1.w;
             acc[t] += d * (sc1 * lo + sc2 * hi) - dmin * (m1 * slo + m2 * shi);
@@ -85,10 +85,10 @@ __device__ __forceinline__ void lane_q5_k(const u8* w, int nb, const float* x, i
         for (int k = 0; k < 4; ++k) {
             const u32 qa = q0 >> (8 * k), qb = q1 >> (8 * k);
             const u32 ha = h0 >> (8 * k), hb = h1 >> (8 * k);
-            vlo[k] = (float)((qa & 15) | (((ha >> (2 * c)) & 1) << 4));
-            vlo[k + 4] = (float)((qb & 15) | (((hb >> (2 * c)) & 1) << 4));
-            vhi[k] = (float)(((qa >> 4) & 15) | (((ha >> (2 * c + 1)) & 1) << 4));
-            vhi[k + 4] = (float)(((qb >> 4) & 15) | (((hb >> (2 * c + 1)) & 1) << 4));
+            vlo[k] = u2f((qa & 15) | (((ha >> (2 * c)) & 1) << 4));
+            vlo[k + 4] = u2f((qb & 15) | (((hb >> (2 * c)) & 1) << 4));
+            vhi[k] = u2f(((qa >> 4) & 15) | (((ha >> (2 * c + 1)) & 1) << 4));
+            vhi[k + 4] = u2f(((qb >> 4) & 15) | (((hb >> (2 * c + 1)) & 1) << 4));
         }
         const int e0 = ib * 256 + 64 * c + 8 * i;
 #pragma unroll
@@ -124,14 +124,14 @@ __device__ __forceinline__ void lane_q6_k(const u8* w, int nb, const float* x, i
 #pragma unroll
         for (int m = 0; m < 4; ++m) {
             const u32 la = ql[m], lb = ql[32 + m], hh = qh[m];
-            v[0][m] = (float)((int)((la & 15) | ((hh & 3) << 4)) - 32);
-            v[1][m] = (float)((int)((lb & 15) | (((hh >> 2) & 3) << 4)) - 32);
-            v[2][m] = (float)((int)((la >> 4) | (((hh >> 4) & 3) << 4)) - 32);
-            v[3][m] = (float)((int)((lb >> 4) | (((hh >> 6) & 3) << 4)) - 32);
+            v[0][m] = u2f_off((la & 15) | ((hh & 3) << 4), 32.0f);
+            v[1][m] = u2f_off((lb & 15) | (((hh >> 2) & 3) << 4), 32.0f);
+            v[2][m] = u2f_off((la >> 4) | (((hh >> 4) & 3) << 4), 32.0f);
+            v[3][m] = u2f_off((lb >> 4) | (((hh >> 6) & 3) << 4), 32.0f);
         }
         float s[4];
 #pragma unroll
-        for (int k = 0; k < 4; ++k) s[k] = (float)sc[2 * k];
+        for (int k = 0; k < 4; ++k) s[k] = u2f_off((u32)((u8)sc[2 * k] ^ 0x80), 128.0f); // int8 + 128, minus 128
         const int e0 = ib * 256 + 128 * h + 4 * j;
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
@@ -156,10 +156,10 @@ __device__ __forceinline__ void lane_q8_0(const u8* w, int nb, const float* x, i
     for (int ib = sub; ib < nb; ib += 8) {
         const u8* b = w + (u64)ib * 34;
         const float d = h2f(ld_u16(b));
-        const i8* q = (const i8*)(b + 2 + 8 * part);
+        const u8* q = b + 2 + 8 * part;
         float v[8];
 #pragma unroll
-        for (int k = 0; k < 8; ++k) v[k] = (float)q[k];
+        for (int k = 0; k < 8; ++k) v[k] = u2f_off((u32)(q[k] ^ 0x80), 128.0f); // int8 + 128, minus 128
         const int e0 = ib * 32 + 8 * part;
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
@@ -185,8 +185,8 @@ __device__ __forceinline__ void lane_q4_0(const u8* w, int nb, const float* x, i
         float lo[4], hi[4];
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            lo[k] = (float)((int)(q[k] & 15) - 8);
-            hi[k] = (float)((int)(q[k] >> 4) - 8);
+            lo[k] = u2f_off(q[k] & 15, 8.0f);
+            hi[k] = u2f_off(q[k] >> 4, 8.0f);
         }
         const int e0 = ib * 32 + 4 * part;
 #pragma unroll

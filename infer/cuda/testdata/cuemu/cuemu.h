@@ -88,6 +88,11 @@ inline float bf2f(uint16_t h) {
     std::memcpy(&f, &b, 4);
     return f;
 }
+inline float bits_f(uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
 
 inline uint16_t ld_u16(const uint8_t* p) {
     if ((uintptr_t)p % 2) tq_emu_fail("misaligned 2-byte load", p);
