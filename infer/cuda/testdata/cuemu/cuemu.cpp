@@ -418,6 +418,10 @@ CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned
     if (bx == 0 || by == 0 || bz == 0 || bx > 1024 || by > 1024 || bz > 64 || bx * by * bz > 1024)
         return ERR_INVALID_VALUE;
     if (shmem != 0) return ERR_INVALID_VALUE; // the tq kernels use static shared memory only
+    // TQ_EMU_SKIP_KERNELS=1: validate and return without running the kernel (the host-overhead
+    // benchmark measures the Go side of a launch alone).
+    static const bool skip = getenv("TQ_EMU_SKIP_KERNELS") && strcmp(getenv("TQ_EMU_SKIP_KERNELS"), "1") == 0;
+    if (skip) return OK;
     g_err.clear();
     g_fn = k->fn;
     g_params = params;
