@@ -214,6 +214,9 @@ func quantizeGPTQ(t gguf.GGMLType, dst []byte, src []float32, nrows, ncols int, 
 	g := &gptqRun{sp: sp, f: f, src: src, dst: dst, n: ncols, rs: rs, block: block, vdb: vdb,
 		wt: wt, wf: wf, rec: rec, refine: refine, fail: fail, nat: nat, pos: pos, hf: hf, permuted: perm != nil,
 		ref: rowQuantizer(t, ModeReference, true, 1), deq: dequantFunc(t)}
+	if refine {
+		g.hsub = subBlockSums(hf, ncols, sp.bs, sp.sub)
+	}
 	return g.parallel(nrows, threads)
 }
 
@@ -233,6 +236,7 @@ type gptqRun struct {
 	nat    []int     // nat[p]: the natural column processed at position p (f is in this order)
 	pos    []int     // pos[c]: the position of natural column c
 	hf     []float32 // H + λI in the natural order, for Refine
+	hsub   []float64 // Refine: hsub[c·(bs/sub) + s] = Σ of hf[c][j] over sub-block s of c's block
 	// permuted is false for the left-to-right order (nat[p] = p)
 	permuted bool
 	ref      rowFunc

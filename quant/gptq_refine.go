@@ -108,6 +108,28 @@ func (g *gptqRun) refineRow(ws *gptqWork, row []byte, lev []uint8, grad []float3
 	}
 }
 
+// subBlockSums returns, for every column c of the n×n matrix hf, the sums of its entries over
+// each sub-block (of sub columns) of the bs-column block that holds c: out[c·(bs/sub) + s]. A
+// parameter that shifts every value of a sub-block by the same amount (a K-quant sub-block's
+// min, a Q4_1 block's min) changes H·Δ by those sums times the shift, so Refine needs no
+// product with H for it.
+func subBlockSums(hf []float32, n, bs, sub int) []float64 {
+	ns := bs / sub
+	out := make([]float64, n*ns)
+	for c := 0; c < n; c++ {
+		c0 := c / bs * bs
+		row := hf[c*n+c0 : c*n+c0+bs]
+		for s := range ns {
+			var t float64
+			for _, v := range row[s*sub : (s+1)*sub] {
+				t += float64(v)
+			}
+			out[c*ns+s] = t
+		}
+	}
+	return out
+}
+
 // hMul sets out[i] = Σ_{j in [lo,hi)} H[c0+i][c0+j]·x[j] for the rows i in
 // [rlo, rhi), with float32 products and sums (the AVX2 dot kernel): x holds small
 // integers times levels or differences of float32 values, and the results only
@@ -206,7 +228,17 @@ func (g *gptqRun) refineScales(rw *gptqRefineWork, rs *gptqRefSpec, blk []byte, 
 		cu += rw.u[i] * rw.gb[i]
 	}
 	if two {
-		g.hMul(rw, rw.hv, rw.v, c0, 0, bs, 0, bs)
+		// v is constant on each sub-block (−b for a K-quant min, 1 for a block min): H·v
+		// from the sub-block sums of H.
+		ns := bs / sp.sub
+		for i := 0; i < bs; i++ {
+			hs := g.hsub[(c0+i)*ns : (c0+i+1)*ns]
+			var t float64
+			for k := range ns {
+				t += rw.v[k*sp.sub] * hs[k]
+			}
+			rw.hv[i] = t
+		}
 		for i := 0; i < bs; i++ {
 			muv += rw.u[i] * rw.hv[i]
 			mvv += rw.v[i] * rw.hv[i]
@@ -302,7 +334,10 @@ func (g *gptqRun) refineSub(rw *gptqRefineWork, rs *gptqRefSpec, blk []byte, bl 
 		cu += rw.u[i] * rw.gb[i]
 	}
 	if two && Dm > 0 {
-		g.hMul(rw, rw.hv, rw.v, c0, lo, hi, lo, hi)
+		ns := sp.bs / sp.sub // v is −Dm on the sub-block: H·v from its sums
+		for i := lo; i < hi; i++ {
+			rw.hv[i] = -Dm * g.hsub[(c0+i)*ns+k]
+		}
 		for i := lo; i < hi; i++ {
 			muv += rw.u[i] * rw.hv[i]
 			mvv += rw.v[i] * rw.hv[i]
