@@ -65,6 +65,7 @@ const (
 type gptqRecord struct {
 	used []float32 // nrows×ncols: the value each column was rounded to in the loop
 	loss []float64 // nrows: (w−q)·(H+λI)·(w−q)ᵀ accumulated by the column loop
+	grad []float32 // nrows×ncols, optional: Refine's (H+λI)·(w−q) of each block as it was entered
 }
 
 // QuantizeGPTQ quantizes nrows×ncols float32 weights (row-major; each row is one
@@ -254,7 +255,8 @@ type gptqWork struct {
 	sc   scratch
 	gr   []float32       // rows×n (H+λI)·r for Refine, allocated on first use
 	rn   []float32       // rows×n r in the natural order (Refine after an act-order loop)
-	rf   *gptqRefineWork // refineRow's scratch, allocated on first use
+	rf   *gptqRefineWork // refineBlock's scratch, allocated on first use
+	dl   []float32       // rows×n: −(Refine's change of each value), allocated on first use
 }
 
 func (g *gptqRun) parallel(nrows, threads int) error {
@@ -403,9 +405,7 @@ func (g *gptqRun) chunk(ws *gptqWork, r0, r1 int) error {
 		if err := kernels.Sgemm(m, n, n, rn, n, g.hf, n, ws.gr, n, false); err != nil {
 			return g.fail("%v", err)
 		}
-		for r := 0; r < m; r++ {
-			g.refineRow(ws, g.dst[(r0+r)*g.rs:(r0+r+1)*g.rs], ws.idx[r*n:(r+1)*n], ws.gr[r*n:(r+1)*n])
-		}
+		return g.refineChunk(ws, r0, m)
 	}
 	return nil
 }

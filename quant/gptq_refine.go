@@ -52,7 +52,7 @@ var gptqRefSpecs = map[gguf.GGMLType]gptqRefSpec{
 	gguf.TypeIQ4_XS: {kind: refKSym, dOff: 0, mOff: -1, ks: &kSymIQ4XS},
 }
 
-// gptqRefineWork is refineRow's scratch (one per worker).
+// gptqRefineWork is refineBlock's scratch (one per worker).
 type gptqRefineWork struct {
 	y, yc, d, hd, gb []float64 // per block: values, candidate values, Δ, H_bb·Δ, g_b
 	y0               []float64 // values when the block was entered
@@ -68,43 +68,67 @@ func newGPTQRefineWork(n, bs, ts int) *gptqRefineWork {
 		u: f(), v: f(), hu: f(), hv: f(), x32: make([]float32, bs), cand: make([]byte, ts)}
 }
 
-// refineRow refines the blocks of one quantized row in place. lev holds the level
-// index of every element, grad the row's (H+λI)·r (updated here as blocks change).
-func (g *gptqRun) refineRow(ws *gptqWork, row []byte, lev []uint8, grad []float32) {
+// refineChunk refines the blocks of the chunk's m quantized rows in place, block by block
+// (left to right) and, within a block, row by row: the block's part of H stays in cache for
+// every row. gr holds the rows' (H+λI)·r for the codes the column loop chose; a block's g_b is
+// brought up to date when the block is entered, for all rows at once, with one product of the
+// changes made in the blocks before it (kept negated in ws.dl) and the matching part of H.
+func (g *gptqRun) refineChunk(ws *gptqWork, r0, m int) error {
 	sp, n := g.sp, g.n
 	if ws.rf == nil {
 		ws.rf = newGPTQRefineWork(n, sp.bs, sp.ts)
 	}
-	rw := ws.rf
-	rs := gptqRefSpecs[sp.t]
+	if ws.dl == nil {
+		ws.dl = make([]float32, len(ws.gr))
+	}
+	dl := ws.dl[:m*n]
+	clear(dl)
 	for c0 := 0; c0 < n; c0 += sp.bs {
-		blk := row[c0/sp.bs*sp.ts : (c0/sp.bs+1)*sp.ts]
-		bl := lev[c0 : c0+sp.bs]
-		sp.params(blk, rw.s[:], rw.o[:])
-		for i, k := range bl {
-			rw.y[i] = float64(sp.value(int(k), rw.s[i/sp.sub], rw.o[i/sp.sub]))
-			rw.gb[i] = float64(grad[c0+i])
-		}
-		copy(rw.y0, rw.y)
-		for round := 0; round < gptqRefineRounds; round++ {
-			changed := g.refineScales(rw, &rs, blk, bl, c0)
-			if rs.kind != refSingle {
-				for k := 0; k < sp.bs/sp.sub; k++ {
-					changed = g.refineSub(rw, &rs, blk, bl, c0, k) || changed
-				}
-			}
-			if !changed {
-				break
+		if c0 > 0 {
+			// g[:, c0:c0+bs] += (−Δ)[:, 0:c0] · H[0:c0, c0:c0+bs] (H is symmetric: its rows
+			// c0.. give the columns)
+			if err := kernels.Sgemm(m, sp.bs, c0, dl, n, g.hf[c0*n:], n, ws.gr[c0:], n, true); err != nil {
+				return g.fail("%v", err)
 			}
 		}
-		// Feed the block's total change into g for the columns after it.
-		if end := c0 + sp.bs; end < n {
-			for i := range rw.y {
-				if d := rw.y[i] - rw.y0[i]; d != 0 {
-					kernels.AxpyFMA(grad[end:], float32(-d), g.hf[(c0+i)*n+end:(c0+i+1)*n])
-				}
+		for r := 0; r < m; r++ {
+			row := g.dst[(r0+r)*g.rs : (r0+r+1)*g.rs]
+			g.refineBlock(ws.rf, row, ws.idx[r*n:(r+1)*n], ws.gr[r*n:(r+1)*n], dl[r*n:(r+1)*n], c0)
+		}
+	}
+	if g.rec != nil && g.rec.grad != nil {
+		copy(g.rec.grad[r0*n:(r0+m)*n], ws.gr[:m*n])
+	}
+	return nil
+}
+
+// refineBlock refines the block at column c0 of one quantized row in place. lev holds the level
+// index of every element, grad the row's (H+λI)·r, up to date for this block; the block's
+// total change of values is stored negated in ndl[c0:c0+bs].
+func (g *gptqRun) refineBlock(rw *gptqRefineWork, row []byte, lev []uint8, grad, ndl []float32, c0 int) {
+	sp := g.sp
+	rs := gptqRefSpecs[sp.t]
+	blk := row[c0/sp.bs*sp.ts : (c0/sp.bs+1)*sp.ts]
+	bl := lev[c0 : c0+sp.bs]
+	sp.params(blk, rw.s[:], rw.o[:])
+	for i, k := range bl {
+		rw.y[i] = float64(sp.value(int(k), rw.s[i/sp.sub], rw.o[i/sp.sub]))
+		rw.gb[i] = float64(grad[c0+i])
+	}
+	copy(rw.y0, rw.y)
+	for round := 0; round < gptqRefineRounds; round++ {
+		changed := g.refineScales(rw, &rs, blk, bl, c0)
+		if rs.kind != refSingle {
+			for k := 0; k < sp.bs/sp.sub; k++ {
+				changed = g.refineSub(rw, &rs, blk, bl, c0, k) || changed
 			}
 		}
+		if !changed {
+			break
+		}
+	}
+	for i := range rw.y {
+		ndl[c0+i] = float32(rw.y0[i] - rw.y[i])
 	}
 }
 
