@@ -31,6 +31,20 @@ func runCapture(t *testing.T, model string, o *runOptions) (stdout, stderr strin
 	return out.String(), errb.String(), err
 }
 
+// runJSON runs o (o.json set) and decodes the JSON document it printed.
+func runJSON(t *testing.T, model string, o *runOptions) runResult {
+	t.Helper()
+	js, _, err := runCapture(t, model, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r runResult
+	if err := json.Unmarshal([]byte(js), &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // Without a usable driver, auto runs on the CPU after one line saying why, whatever GPU flags
 // were given; --backend cuda is an error; an unknown backend is an error.
 func TestRunGPUFallback(t *testing.T) {
@@ -56,14 +70,7 @@ func TestRunGPUFallback(t *testing.T) {
 	}
 
 	o.json = true
-	js, _, err := runCapture(t, model, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r runResult
-	if err := json.Unmarshal([]byte(js), &r); err != nil {
-		t.Fatal(err)
-	}
+	r := runJSON(t, model, o)
 	if r.Device != "CPU" || r.Backend != strings.TrimPrefix(want, "tq run: ") || r.Placement.GPULayers != 0 {
 		t.Errorf("--json: device %q, backend %q, placement %+v", r.Device, r.Backend, r.Placement)
 	}
@@ -120,14 +127,7 @@ func TestRunGPUEmulator(t *testing.T) {
 	// backend and the placement
 	o = plain()
 	o.json = true
-	js, _, err := runCapture(t, model, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r runResult
-	if err := json.Unmarshal([]byte(js), &r); err != nil {
-		t.Fatal(err)
-	}
+	r := runJSON(t, model, o)
 	p := r.Placement
 	if !strings.HasPrefix(r.Backend, "backend: cuda tq CPU emulator") || !strings.HasPrefix(r.Device, "tq CPU emulator") ||
 		p.GPULayers != 2 || !p.OutputOnGPU || p.NGL != 3 || p.GPUWeightBytes <= 0 ||
@@ -141,14 +141,7 @@ func TestRunGPUEmulator(t *testing.T) {
 
 	// --cuda-graphs: the generated tokens replay one recorded graph; same text, and --json says so
 	o.cudaGraphs = true
-	js, _, err = runCapture(t, model, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r = runResult{}
-	if err := json.Unmarshal([]byte(js), &r); err != nil {
-		t.Fatal(err)
-	}
+	r = runJSON(t, model, o)
 	if r.Text != want || !r.Placement.CUDAGraphs {
 		t.Errorf("--cuda-graphs generated %q (placement %+v), the CPU FullPrecision run %q", r.Text, r.Placement, want)
 	}

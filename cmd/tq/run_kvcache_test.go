@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,28 +48,14 @@ func TestRunUsesFileKVCache(t *testing.T) {
 		t.Errorf("no line about the file's KV cache:\n%s", stderr)
 	}
 	o.json = true
-	js, _, err := runCapture(t, model, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r runResult
-	if err := json.Unmarshal([]byte(js), &r); err != nil {
-		t.Fatal(err)
-	}
+	r := runJSON(t, model, o)
 	if r.KVCache.K != "q8_0" || r.KVCache.V != "q8_0" || !strings.Contains(r.KVCache.Source, "turboquant.kv_cache_dtype") {
 		t.Errorf("--json kv_cache %+v", r.KVCache)
 	}
 
 	// --cache-type-k f16 given: K from the flag, V still from the file
 	o.cacheK, o.cacheKSet = "f16", true
-	js, _, err = runCapture(t, model, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r = runResult{}
-	if err := json.Unmarshal([]byte(js), &r); err != nil {
-		t.Fatal(err)
-	}
+	r = runJSON(t, model, o)
 	if r.KVCache.K != "f16" || r.KVCache.V != "q8_0" || !strings.Contains(r.KVCache.Source, "K from --cache-type-k") {
 		t.Errorf("--cache-type-k f16: kv_cache %+v", r.KVCache)
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -31,14 +30,7 @@ func TestRunQuietWithoutGPU(t *testing.T) {
 		t.Errorf("--verbose does not say why the CPU runs:\n%s", stderr)
 	}
 	o.verbose, o.json = false, true
-	js, _, err := runCapture(t, model, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r runResult
-	if err := json.Unmarshal([]byte(js), &r); err != nil {
-		t.Fatal(err)
-	}
+	r := runJSON(t, model, o)
 	if !strings.HasPrefix(r.Backend, "backend: cpu (cuda unavailable: ") {
 		t.Errorf("--json backend %q", r.Backend)
 	}
