@@ -55,6 +55,7 @@ var gptqRefSpecs = map[gguf.GGMLType]gptqRefSpec{
 // gptqRefineWork is refineBlock's scratch (one per worker).
 type gptqRefineWork struct {
 	y, yc, d, hd, gb []float64 // per block: values, candidate values, Δ, H_bb·Δ, g_b
+	hl               []float64 // H_bb·Δ from earlier products (refineScales)
 	y0               []float64 // values when the block was entered
 	u, v, hu, hv     []float64 // basis vectors of the parameters being fitted and H times them
 	x32              []float32 // float32 copy of the vector being multiplied by H_bb
@@ -64,7 +65,7 @@ type gptqRefineWork struct {
 
 func newGPTQRefineWork(n, bs, ts int) *gptqRefineWork {
 	f := func() []float64 { return make([]float64, bs) }
-	return &gptqRefineWork{y: f(), yc: f(), d: f(), hd: f(), gb: f(), y0: f(),
+	return &gptqRefineWork{y: f(), yc: f(), d: f(), hd: f(), gb: f(), y0: f(), hl: f(),
 		u: f(), v: f(), hu: f(), hv: f(), x32: make([]float32, bs), cand: make([]byte, ts)}
 }
 
@@ -174,6 +175,12 @@ func (g *gptqRun) hMul(rw *gptqRefineWork, out, x []float64, c0, rlo, rhi, lo, h
 // clearly negative, accepts it: copies the candidate header into blk and updates
 // the values and g_b. It reports whether it accepted.
 func (g *gptqRun) tryCandidate(rw *gptqRefineWork, blk []byte, bl []uint8, c0, lo, hi int) bool {
+	return g.tryCandidateWith(rw, blk, bl, c0, lo, hi, nil)
+}
+
+// tryCandidateWith is tryCandidate with H_bb·Δ on [lo, hi) given in hl when it is known from
+// earlier products (the whole block: lo = 0, hi = bs), or computed when hl is nil.
+func (g *gptqRun) tryCandidateWith(rw *gptqRefineWork, blk []byte, bl []uint8, c0, lo, hi int, hl []float64) bool {
 	sp := g.sp
 	sp.params(rw.cand, rw.s[:], rw.o[:])
 	for i := range rw.d {
@@ -190,7 +197,11 @@ func (g *gptqRun) tryCandidate(rw *gptqRefineWork, blk []byte, bl []uint8, c0, l
 		lin += rw.d[i] * rw.gb[i]
 		mag += math.Abs(rw.d[i] * rw.gb[i])
 	}
-	g.hMul(rw, rw.hd, rw.d, c0, lo, hi, lo, hi)
+	if hl != nil {
+		copy(rw.hd[lo:hi], hl[lo:hi])
+	} else {
+		g.hMul(rw, rw.hd, rw.d, c0, lo, hi, lo, hi)
+	}
 	var quad float64
 	for i := lo; i < hi; i++ {
 		quad += rw.d[i] * rw.hd[i]
@@ -316,10 +327,21 @@ func (g *gptqRun) refineScales(rw *gptqRefineWork, rs *gptqRefSpec, blk []byte, 
 	}
 	copy(rw.cand, blk)
 	putU16(rw.cand[rs.dOff:], bd)
+	var y float64
 	if two {
 		putU16(rw.cand[rs.mOff:], bm)
+		y = float64(fp16Table[bm]) - float64(fp16Table[hm])
 	}
-	return g.tryCandidate(rw, blk, bl, c0, 0, bs)
+	// The candidate moves the values by x·u + y·v, so H_bb·Δ is x·(H·u) + y·(H·v), both at
+	// hand: no third product with H_bb.
+	x := float64(fp16Table[bd]) - float64(fp16Table[hd])
+	for i := 0; i < bs; i++ {
+		rw.hl[i] = x * rw.hu[i]
+		if two {
+			rw.hl[i] += y * rw.hv[i]
+		}
+	}
+	return g.tryCandidateWith(rw, blk, bl, c0, 0, bs, rw.hl)
 }
 
 // refineSub re-chooses the integer scale (and min) of sub-block k.
