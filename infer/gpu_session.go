@@ -336,6 +336,16 @@ func (s *Session) gpuGraph(ds *gpuSession, T int) *cuda.Graph {
 	return gr
 }
 
+// GPUGraphSteps reports how many single-token steps replayed the session's recorded CUDA graph
+// (Options.GPUGraphs) and, when recording or replaying failed, why the session runs kernel by
+// kernel instead (nil otherwise, and without device blocks or GPUGraphs).
+func (s *Session) GPUGraphSteps() (steps int, err error) {
+	if s.gpu == nil {
+		return 0, nil
+	}
+	return s.gpu.graphLaunches, s.gpu.graphErr
+}
+
 // dropGraph frees the session's recorded graph (its buffers are about to change or go).
 func (ds *gpuSession) dropGraph() {
 	if ds.graph != nil {

@@ -277,6 +277,14 @@ func runRun(stdout, stderr io.Writer, path string, o *runOptions, seedSet bool) 
 	if err != nil {
 		return err
 	}
+	if o.cudaGraphs && rm.dev != nil {
+		steps, gerr := sess.GPUGraphSteps()
+		rm.placement.GraphSteps = steps
+		if gerr != nil {
+			rm.placement.GraphError = gerr.Error()
+			fmt.Fprintf(logw, "tq run: CUDA graphs not used: %v\n", gerr)
+		}
+	}
 	rss := peakRSS()
 	if o.json {
 		return writeJSON(stdout, runResult{Model: path, Arch: m.Config().Arch, Prompt: prompt, PromptTokens: ids,
@@ -382,13 +390,15 @@ func readToolsFile(path string) ([]json.RawMessage, error) {
 
 // runPlacement is where tq run put the model (--json "placement").
 type runPlacement struct {
-	GPULayers      int    `json:"gpu_layers"`       // blocks on the GPU (the last ones)
-	OutputOnGPU    bool   `json:"output_on_gpu"`    // output norm and LM head on the GPU
-	CPUMoE         int    `json:"cpu_moe"`          // GPU blocks whose experts stay on the CPU
-	CUDAGraphs     bool   `json:"cuda_graphs"`      // --cuda-graphs
-	NGL            int    `json:"ngl"`              // the equivalent -ngl
-	GPUWeightBytes int64  `json:"gpu_weight_bytes"` // uploaded weights
-	Source         string `json:"source"`           // how the placement was chosen
+	GPULayers      int    `json:"gpu_layers"`                 // blocks on the GPU (the last ones)
+	OutputOnGPU    bool   `json:"output_on_gpu"`              // output norm and LM head on the GPU
+	CPUMoE         int    `json:"cpu_moe"`                    // GPU blocks whose experts stay on the CPU
+	CUDAGraphs     bool   `json:"cuda_graphs"`                // --cuda-graphs
+	GraphSteps     int    `json:"cuda_graph_steps"`           // generated tokens that replayed the recorded graph
+	GraphError     string `json:"cuda_graph_error,omitempty"` // why graphs were not used, when asked for
+	NGL            int    `json:"ngl"`                        // the equivalent -ngl
+	GPUWeightBytes int64  `json:"gpu_weight_bytes"`           // uploaded weights
+	Source         string `json:"source"`                     // how the placement was chosen
 }
 
 // runModel is a model loaded for tq run, with the device it uses (nil: CPU).

@@ -142,7 +142,8 @@ func TestRunGPUEmulator(t *testing.T) {
 	// --cuda-graphs: the generated tokens replay one recorded graph; same text, and --json says so
 	o.cudaGraphs = true
 	r = runJSON(t, model, o)
-	if r.Text != want || !r.Placement.CUDAGraphs {
+	// 12 tokens: the first comes from the prompt's batch, the other 11 replay the graph
+	if r.Text != want || !r.Placement.CUDAGraphs || r.Placement.GraphSteps != o.n-1 || r.Placement.GraphError != "" {
 		t.Errorf("--cuda-graphs generated %q (placement %+v), the CPU FullPrecision run %q", r.Text, r.Placement, want)
 	}
 
@@ -237,6 +238,20 @@ func TestRunGPUEmulatorHybrid(t *testing.T) {
 		}
 		if c.exact && stdout != want+"\n" || !c.exact && strings.TrimSpace(stdout) == "" {
 			t.Errorf("-ngl %d --n-cpu-moe %d --cpu-moe %v generated %q, the CPU FullPrecision run %q", c.ngl, c.nCPUMoE, c.cpuMoE, stdout, want)
+		}
+	}
+	// --cuda-graphs: the same text with every block on the device; with the experts on the host
+	// the recording fails once, one line says why, and the tokens come out of eager steps.
+	for _, cpuMoE := range []bool{false, true} {
+		o := plain()
+		o.ngl, o.nglSet, o.cpuMoE, o.cudaGraphs = 5, true, cpuMoE, true
+		stdout, stderr, err := runCapture(t, model, o)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, stderr)
+		}
+		notUsed := strings.Contains(stderr, "tq run: CUDA graphs not used: cuda: operation not allowed while a graph is recorded")
+		if notUsed != cpuMoE || !cpuMoE && stdout != want+"\n" {
+			t.Errorf("--cuda-graphs --cpu-moe %v: generated %q (CPU FullPrecision %q), stderr\n%s", cpuMoE, stdout, want, stderr)
 		}
 	}
 	t.Logf("greedy text on the device, identical to the CPU FullPrecision run: %q", want)
