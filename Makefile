@@ -54,8 +54,8 @@ fuzz:
 ptx:
 	./scripts/ptx.sh
 
-# Build the CUDA test binary here; run it on a GPU machine with `scripts/gpu-check.sh run`
-# (docs/cuda.md).
+# Build the CUDA test binaries and tq here, packed into build/gpu-check.tar.xz; run them on a
+# GPU machine with `scripts/gpu-check.sh run` (docs/cuda.md).
 gpu-check:
 	./scripts/gpu-check.sh build
 
