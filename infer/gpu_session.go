@@ -320,8 +320,15 @@ func (s *Session) gpuGraph(ds *gpuSession, T int) *cuda.Graph {
 		ds.graphErr = err
 		return nil
 	}
+	ended := false
+	defer func() {
+		if !ended { // a panic while recording: the device must not stay reserved
+			cp.AbortCapture()
+		}
+	}()
 	ops := &devOps{be: ds.be}
 	s.gpuBlocks(ops, ds, T)
+	ended = true
 	if ops.err != nil {
 		cp.AbortCapture()
 		ds.graphErr = ops.err
