@@ -9,7 +9,9 @@ import (
 // driver. It runs on the emulator with TQ_EMU_SKIP_KERNELS=1, whose cuLaunchKernel validates the
 // launch and returns, so the figure is tq's own cost per launch; a real driver adds its
 // cuLaunchKernel time. BenchmarkHostLaunch/graph replays 64 recorded launches per iteration
-// with one Graph.Launch (reported per launch).
+// with one Graph.Launch (reported per launch). The emulator reads TQ_EMU_SKIP_KERNELS at its
+// first launch in the process: run the benchmark alone (go test -run '^$' -bench HostLaunch),
+// or earlier tests' launches make it run the kernels too.
 func BenchmarkHostLaunch(b *testing.B) {
 	if !Available() {
 		b.Skip("CUDA is not supported on this platform")
