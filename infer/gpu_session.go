@@ -261,8 +261,10 @@ func (s *Session) runBlocks(T int) error {
 	E := s.m.cfg.NEmbd
 	ops := &devOps{be: ds.be}
 	ops.do(func() error { return ds.be.Write(ds.x, s.x[:T*E]) })
-	if gr := s.gpuGraph(ds, T); gr != nil && ops.err == nil {
-		if err := gr.Launch(s.pos); err != nil {
+	if ops.err == nil {
+		if gr := s.gpuGraph(ds, T); gr == nil {
+			s.gpuBlocks(ops, ds, T)
+		} else if err := gr.Launch(s.pos); err != nil {
 			// The launch was refused (nothing ran): run this step and the later ones eagerly.
 			ds.graphErr = fmt.Errorf("graph launch: %w", err)
 			ds.dropGraph()
@@ -270,8 +272,6 @@ func (s *Session) runBlocks(T int) error {
 		} else {
 			ds.graphLaunches++
 		}
-	} else {
-		s.gpuBlocks(ops, ds, T)
 	}
 	if !g.head {
 		ops.do(func() error { return ds.be.Read(s.x[:T*E], ds.x) })
