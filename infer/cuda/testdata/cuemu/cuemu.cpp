@@ -480,10 +480,10 @@ CUresult cuGraphAddKernelNode_v2(void** node, void* graph, void* const* deps, si
     n.g[0] = p->gx, n.g[1] = p->gy, n.g[2] = p->gz;
     n.b[0] = p->bx, n.b[1] = p->by, n.b[2] = p->bz;
     n.shmem = p->shmem;
-    for (size_t i = 0, sz; i < n.k->sizes().size(); ++i) {
-        sz = n.k->sizes()[i];
+    const std::vector<size_t> sizes = n.k->sizes();
+    for (size_t i = 0; i < sizes.size(); ++i) {
         const unsigned char* v = (const unsigned char*)p->params[i];
-        n.vals.emplace_back(v, v + sz);
+        n.vals.emplace_back(v, v + sizes[i]);
     }
     g->nodes.push_back(std::move(n));
     *node = (void*)(size_t)g->nodes.size(); // 1-based id
