@@ -2,6 +2,7 @@ package convert
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/tq-project/tq/gguf"
@@ -61,12 +62,14 @@ func (p *hessianPool) release(keys []string) {
 		}
 		delete(p.refs, k)
 		delete(p.hs, k)
-		for i, o := range p.order {
-			if o == k {
-				p.order = append(p.order[:i:i], p.order[i+1:]...)
-				break
-			}
-		}
+		p.unorder(k)
+	}
+}
+
+// unorder removes key from the recency order; the lock is held.
+func (p *hessianPool) unorder(key string) {
+	if i := slices.Index(p.order, key); i >= 0 {
+		p.order = slices.Delete(p.order, i, i+1)
 	}
 }
 
@@ -78,12 +81,8 @@ func (p *hessianPool) entry(key string) *hessianEntry {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if e := p.hs[key]; e != nil {
-		for i, k := range p.order { // most recently used last
-			if k == key {
-				p.order = append(append(p.order[:i:i], p.order[i+1:]...), key)
-				break
-			}
-		}
+		p.unorder(key)
+		p.order = append(p.order, key) // most recently used last
 		return e
 	}
 	e := &hessianEntry{}
