@@ -55,7 +55,6 @@ var gptqRefSpecs = map[gguf.GGMLType]gptqRefSpec{
 // gptqRefineWork is refineBlock's scratch (one per worker).
 type gptqRefineWork struct {
 	y, yc, d, hd, gb []float64 // per block: values, candidate values, Δ, H_bb·Δ, g_b
-	hl               []float64 // H_bb·Δ from earlier products (refineScales)
 	y0               []float64 // values when the block was entered
 	u, v, hu, hv     []float64 // basis vectors of the parameters being fitted and H times them
 	x32              []float32 // float32 copy of the vector being multiplied by H_bb
@@ -65,7 +64,7 @@ type gptqRefineWork struct {
 
 func newGPTQRefineWork(n, bs, ts int) *gptqRefineWork {
 	f := func() []float64 { return make([]float64, bs) }
-	return &gptqRefineWork{y: f(), yc: f(), d: f(), hd: f(), gb: f(), y0: f(), hl: f(),
+	return &gptqRefineWork{y: f(), yc: f(), d: f(), hd: f(), gb: f(), y0: f(),
 		u: f(), v: f(), hu: f(), hv: f(), x32: make([]float32, bs), cand: make([]byte, ts)}
 }
 
@@ -173,14 +172,10 @@ func (g *gptqRun) hMul(rw *gptqRefineWork, out, x []float64, c0, rlo, rhi, lo, h
 // tryCandidate decodes the candidate block in rw.cand for elements [lo, hi),
 // computes the exact error change against the current values and, when it is
 // clearly negative, accepts it: copies the candidate header into blk and updates
-// the values and g_b. It reports whether it accepted.
-func (g *gptqRun) tryCandidate(rw *gptqRefineWork, blk []byte, bl []uint8, c0, lo, hi int) bool {
-	return g.tryCandidateWith(rw, blk, bl, c0, lo, hi, nil)
-}
-
-// tryCandidateWith is tryCandidate with H_bb·Δ on [lo, hi) given in hl when it is known from
-// earlier products (the whole block: lo = 0, hi = bs), or computed when hl is nil.
-func (g *gptqRun) tryCandidateWith(rw *gptqRefineWork, blk []byte, bl []uint8, c0, lo, hi int, hl []float64) bool {
+// the values and g_b. It reports whether it accepted. With hdKnown the caller has already put
+// H_bb·Δ for the rows [lo, hi) into rw.hd (from earlier products); otherwise it is computed
+// here.
+func (g *gptqRun) tryCandidate(rw *gptqRefineWork, blk []byte, bl []uint8, c0, lo, hi int, hdKnown bool) bool {
 	sp := g.sp
 	sp.params(rw.cand, rw.s[:], rw.o[:])
 	for i := range rw.d {
@@ -197,9 +192,7 @@ func (g *gptqRun) tryCandidateWith(rw *gptqRefineWork, blk []byte, bl []uint8, c
 		lin += rw.d[i] * rw.gb[i]
 		mag += math.Abs(rw.d[i] * rw.gb[i])
 	}
-	if hl != nil {
-		copy(rw.hd[lo:hi], hl[lo:hi])
-	} else {
+	if !hdKnown {
 		g.hMul(rw, rw.hd, rw.d, c0, lo, hi, lo, hi)
 	}
 	var quad float64
@@ -336,12 +329,12 @@ func (g *gptqRun) refineScales(rw *gptqRefineWork, rs *gptqRefSpec, blk []byte, 
 	// hand: no third product with H_bb.
 	x := float64(fp16Table[bd]) - float64(fp16Table[hd])
 	for i := 0; i < bs; i++ {
-		rw.hl[i] = x * rw.hu[i]
+		rw.hd[i] = x * rw.hu[i]
 		if two {
-			rw.hl[i] += y * rw.hv[i]
+			rw.hd[i] += y * rw.hv[i]
 		}
 	}
-	return g.tryCandidateWith(rw, blk, bl, c0, 0, bs, rw.hl)
+	return g.tryCandidate(rw, blk, bl, c0, 0, bs, true)
 }
 
 // refineSub re-chooses the integer scale (and min) of sub-block k.
@@ -430,5 +423,5 @@ func (g *gptqRun) refineSub(rw *gptqRefineWork, rs *gptqRefSpec, blk []byte, bl 
 	} else {
 		setKSymInt(rw.cand, k, sp.t, ba)
 	}
-	return g.tryCandidate(rw, blk, bl, c0, lo, hi)
+	return g.tryCandidate(rw, blk, bl, c0, lo, hi, false)
 }
