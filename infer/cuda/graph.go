@@ -129,15 +129,23 @@ func (d *Device) endCapture() (*capture, error) {
 func (d *Device) AbortCapture() {
 	d.do(func() error {
 		c, err := d.endCapture()
-		if err != nil {
-			return err
+		if err == nil {
+			d.freeAll(c.owned)
 		}
-		for _, p := range c.owned {
-			d.free(p)
-		}
-		return nil
+		return err
 	})
 	runtime.UnlockOSThread()
+}
+
+// freeAll frees the allocations ptrs and returns the first error; the lock is held.
+func (d *Device) freeAll(ptrs []uint64) error {
+	var first error
+	for _, p := range ptrs {
+		if err := d.free(p); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // EndCapture stops recording and builds and instantiates the graph of the recorded launches.
@@ -155,9 +163,7 @@ func (d *Device) EndCapture() (*Graph, error) {
 			g, err = d.instantiate(c)
 		}
 		if err != nil {
-			for _, p := range c.owned {
-				d.free(p)
-			}
+			d.freeAll(c.owned)
 		}
 		return err
 	})
@@ -246,10 +252,8 @@ func (d *Device) destroyGraph(g *Graph) error {
 	if err := d.drv.gcall(gfnExecDestroy, g.exec); err != nil && first == nil {
 		first = err
 	}
-	for _, p := range g.owned {
-		if err := d.free(p); err != nil && first == nil {
-			first = err
-		}
+	if err := d.freeAll(g.owned); err != nil && first == nil {
+		first = err
 	}
 	return first
 }
