@@ -308,6 +308,17 @@ func (d *Device) free(p uint64) error {
 	return d.drv.call(fnMemFree, uintptr(p))
 }
 
+// freeAll frees the allocations ptrs and returns the first error; the lock is held.
+func (d *Device) freeAll(ptrs []uint64) error {
+	var first error
+	for _, p := range ptrs {
+		if err := d.free(p); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
 // scratchBuf returns a device buffer of at least size bytes kept under key, growing it when
 // needed. Its contents are undefined; it is reused by later calls with the same key.
 func (d *Device) scratchBuf(key string, size int64) (uint64, error) {

@@ -137,17 +137,6 @@ func (d *Device) AbortCapture() {
 	runtime.UnlockOSThread()
 }
 
-// freeAll frees the allocations ptrs and returns the first error; the lock is held.
-func (d *Device) freeAll(ptrs []uint64) error {
-	var first error
-	for _, p := range ptrs {
-		if err := d.free(p); err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
-}
-
 // EndCapture stops recording and builds and instantiates the graph of the recorded launches.
 func (d *Device) EndCapture() (*Graph, error) {
 	defer runtime.UnlockOSThread()

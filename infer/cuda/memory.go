@@ -270,10 +270,8 @@ func (d *Device) FreeKVCache(c *KVCache) error {
 		if err := d.drv.call(fnStreamSynchronize, 0); err != nil {
 			first = err
 		}
-		for _, p := range append(c.k, c.v...) {
-			if err := d.free(p); err != nil && first == nil {
-				first = err
-			}
+		if err := d.freeAll(append(c.k, c.v...)); err != nil && first == nil {
+			first = err
 		}
 		c.k, c.v = nil, nil
 		return first
