@@ -52,16 +52,8 @@ func TestGPUEmulatedGraphs(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			prompt, steps := randTokens(7, 12, 512), randTokens(8, 9, 512) // every fixture has ≥ 512 tokens
 			run := func(eager bool) ([][]float32, *gpuSession) {
-				m, err := Load(tc.src, Options{Threads: 2, CtxSize: 64, CacheTypeK: tc.cache, CacheTypeV: tc.cache,
+				s := loadSession(t, tc.src, Options{Threads: 2, CtxSize: 64, CacheTypeK: tc.cache, CacheTypeV: tc.cache,
 					Backend: dev, GPULayers: tc.gpuLayers, CPUMoE: tc.cpuMoE, FullPrecision: true, GPUGraphs: !eager})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { m.Close() })
-				s, err := m.NewSession()
-				if err != nil {
-					t.Fatal(err)
-				}
 				var out [][]float32
 				eval := func(toks []int32) {
 					lg, err := s.Eval(toks, LogitsLast)

@@ -281,7 +281,18 @@ func evalGGUF(t *testing.T, path string, prompt []int32) (Source, *Session, [][]
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { src.Close() })
-	m, err := Load(src, Options{Threads: 2, CtxSize: 256})
+	s := loadSession(t, src, Options{Threads: 2, CtxSize: 256})
+	logits, err := s.Eval(prompt, LogitsAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src, s, logits
+}
+
+// loadSession loads src with o (the model is closed when t ends) and returns a new session.
+func loadSession(t *testing.T, src Source, o Options) *Session {
+	t.Helper()
+	m, err := Load(src, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,11 +301,7 @@ func evalGGUF(t *testing.T, path string, prompt []int32) (Source, *Session, [][]
 	if err != nil {
 		t.Fatal(err)
 	}
-	logits, err := s.Eval(prompt, LogitsAll)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return src, s, logits
+	return s
 }
 
 // firstDivergence is the first index where got and want differ, -1 if none.
