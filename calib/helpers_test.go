@@ -200,6 +200,33 @@ func loadF32(t testing.TB, src infer.Source, ctx int) *infer.Model {
 	return m
 }
 
+// halfSource is fullSource with the blocks' matrices that the checkpoint stores in BF16 kept
+// in BF16 (as the calibration forward holds them; halfType); everything else float32.
+func halfSource(t testing.TB, dir string) *metaSource {
+	t.Helper()
+	src, err := modelsrc.OpenHF(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	ms := fullSource(t, dir)
+	for _, d := range src.Tensors() {
+		if Layer(d.Name) < 0 || halfType(d) != gguf.TypeBF16 {
+			continue
+		}
+		ms.tensors[d.Name] = &infer.Tensor{Name: d.Name, Type: gguf.TypeBF16, Dims: d.Shape, Data: roundedProbe(nil, bytesAsF32(ms.tensors[d.Name].Data))}
+	}
+	return ms
+}
+
+// withTensor16 returns a copy of ms whose tensor name holds the values v rounded to bf16.
+func withTensor16(ms *metaSource, name string, v []float32) *metaSource {
+	out := withTensor(ms, name, v)
+	t := out.tensors[name]
+	t.Type, t.Data = gguf.TypeBF16, roundedProbe(nil, v)
+	return out
+}
+
 // withTensor returns a copy of ms whose tensor name holds the f32 values v.
 func withTensor(ms *metaSource, name string, v []float32) *metaSource {
 	out := &metaSource{md: ms.md, tensors: make(map[string]*infer.Tensor, len(ms.tensors))}

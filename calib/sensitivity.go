@@ -1,6 +1,7 @@
 package calib
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -91,9 +92,12 @@ type Sensitivity struct {
 	// reference's most probable tokens it was computed over (see topKKL).
 	TopK int `json:"top_k,omitempty"`
 	// Metric says what KL is.
-	Metric  string              `json:"metric"`
-	Seconds float64             `json:"seconds"`
-	Tensors []TensorSensitivity `json:"tensors"`
+	Metric string `json:"metric"`
+	// Arithmetic is the pass's products: float32, or bf16 with rounded activations (see
+	// Calibrate's sensitivity pass; empty in files written before it was recorded).
+	Arithmetic string              `json:"arithmetic,omitempty"`
+	Seconds    float64             `json:"seconds"`
+	Tensors    []TensorSensitivity `json:"tensors"`
 
 	byName map[string]int
 }
@@ -351,12 +355,24 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 		r.runner.SetPackWeights(false)
 		defer r.runner.SetPackWeights(true)
 	}
-	// the probes' reconstructions are float32 matrices, multiplied exactly: the clean stream's
-	// bf16 matrices must be too, or the activations' rounding would count as the probe's damage
-	if r.runner.Options().BF16Products {
+	// Every stream must multiply the probed tensor as the clean stream multiplies it, or the
+	// difference between two arithmetics would count as the probe's damage. With rounded bf16
+	// products (the statistics pass's forward on AVX512-BF16 without AMX) a bf16 matrix
+	// multiplies activations rounded to bf16, so a probe of a bf16 tensor is rounded to bf16
+	// too and takes the same path (roundedProbe); the rounding moves the reconstruction by at
+	// most 2⁻⁹ of each value, against the reference container's error of several percent.
+	// That runs the pass's GEMMs at the rounded kernel's rate (about 1.6× faster on a dense
+	// 1 B model). Models with routed experts keep float32 products: there the streams'
+	// different roundings flip near-tied routing decisions, which moved single tensors' KL by
+	// up to 50× on the trained MoE models (docs/calibration.md, "Measured sensitivity").
+	// Otherwise the probes' reconstructions are float32 matrices, multiplied exactly, and the
+	// clean stream's bf16 matrices are too.
+	rounded := r.runner.Options().BF16Rounded() && c.NExpert == 0
+	if !rounded && r.runner.Options().BF16Products {
 		r.runner.SetBF16Products(false)
 		defer r.runner.SetBF16Products(true)
 	}
+	var hbuf []byte // a probe's reconstruction rounded to bf16, reused
 	for il := 0; il < c.NLayer; il++ {
 		if err := r.ctx.Err(); err != nil {
 			return "", err
@@ -402,7 +418,12 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 			for k, v := range lw.tensors {
 				ts[k] = v
 			}
-			ts[d.Name] = &infer.Tensor{Name: d.Name, Type: gguf.TypeF32, Dims: append([]int64(nil), d.Shape...), Data: f32Bytes(deq)}
+			pt := &infer.Tensor{Name: d.Name, Type: gguf.TypeF32, Dims: append([]int64(nil), d.Shape...), Data: f32Bytes(deq)}
+			if rounded && lw.tensors[d.Name].Type == gguf.TypeBF16 {
+				hbuf = roundedProbe(hbuf, deq)
+				pt.Type, pt.Data = gguf.TypeBF16, hbuf
+			}
+			ts[d.Name] = pt
 			if err := r.runner.LoadBlock(il, &metaSource{md: r.md, tensors: ts}); err != nil {
 				return "", fmt.Errorf("calib: %w", err)
 			}
@@ -514,8 +535,11 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 		}
 	}
 	out := &Sensitivity{Format: SensitivityFormat, Tokens: tokens, Sequences: S, TopK: topK,
-		Metric:  "mean KL(full precision ‖ this tensor alone in the reference container) per scored calibration token, nats",
-		Seconds: time.Since(t0).Seconds()}
+		Metric:     "mean KL(full precision ‖ this tensor alone in the reference container) per scored calibration token, nats",
+		Arithmetic: "float32 products", Seconds: time.Since(t0).Seconds()}
+	if rounded {
+		out.Arithmetic = "bf16 matrices (probes rounded to bf16) times activations rounded to bf16, float32 sums"
+	}
 	for _, p := range probes {
 		out.Tensors = append(out.Tensors, TensorSensitivity{Name: p.name, Type: strings.ToLower(p.typ.String()), KL: p.klSum / float64(tokens), RelError: p.relErr})
 	}
@@ -525,6 +549,19 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 		return "", fmt.Errorf("calib: %w", err)
 	}
 	return path, nil
+}
+
+// roundedProbe returns deq rounded to bf16 (ties to even), little-endian, in buf (grown when
+// short).
+func roundedProbe(buf []byte, deq []float32) []byte {
+	if cap(buf) < 2*len(deq) {
+		buf = make([]byte, 2*len(deq))
+	}
+	buf = buf[:2*len(deq)]
+	for i, v := range deq {
+		binary.LittleEndian.PutUint16(buf[2*i:], kernels.RoundBF16(v))
+	}
+	return buf
 }
 
 // removeStale removes an earlier run's output file (a regular file only) so that nothing reads

@@ -26,7 +26,31 @@ func TestSensitivityMatchesWholeModel(t *testing.T) {
 	if testing.Short() {
 		t.Skip("calibrates and evaluates a trained model")
 	}
-	dir := filepath.Join(testenv.RepoRoot(t), "testdata", "trained", "qwen35moe")
+	// The pass runs in the calibration forward's arithmetic: float32 products, or, for a
+	// model without routed experts on a CPU with AVX512-BF16 and no AMX, bf16 matrices times
+	// activations rounded to bf16 (each probe of a bf16 tensor rounded to bf16). Each is
+	// checked against the whole model run in the same arithmetic; the rounded one also
+	// against the float32 definition. The hybrid MoE takes float32 products on every CPU.
+	trained := func(m string) string { return filepath.Join(testenv.RepoRoot(t), "testdata", "trained", m) }
+	hybrid := []string{"blk.0.attn_qkv.weight", "blk.3.attn_q.weight", "blk.1.ffn_up_exps.weight", "token_embd.weight", "output.weight"}
+	got := sensitivityMatchesWholeModel(t, trained("qwen35moe"), hybrid, false)
+	if !(got["blk.0.attn_qkv.weight"] > got["blk.3.attn_q.weight"]) {
+		t.Errorf("DeltaNet attn_qkv (%.3g) not above attention q (%.3g)", got["blk.0.attn_qkv.weight"], got["blk.3.attn_q.weight"])
+	}
+	dense := []string{"blk.0.attn_q.weight", "blk.1.ffn_up.weight", "blk.3.ffn_down.weight", "token_embd.weight", "output.weight"}
+	if bf16Rounded(false) {
+		sensitivityMatchesWholeModel(t, trained("qwen3"), dense, true)
+	} else {
+		t.Log("no rounded bf16 products on this CPU: the dense model's pass in float32")
+		sensitivityMatchesWholeModel(t, trained("qwen3"), dense, false)
+	}
+}
+
+// sensitivityMatchesWholeModel calibrates dir with a 256-token sensitivity pass and compares
+// the KL of the named tensors with whole-model runs: in float32, and with rounded set in the
+// rounded bf16 arithmetic too. It returns the pass's figures.
+func sensitivityMatchesWholeModel(t *testing.T, dir string, names []string, rounded bool) map[string]float64 {
+	t.Helper()
 	cal, _ := heldoutSplit(t, 2, 128, 0, 0)
 	out := filepath.Join(t.TempDir(), "out")
 	res := calibrate(t, dir, Options{Sequences: cal, Threads: 2, NoBaseline: true, NoSensitivity: true, NoHessians: true,
@@ -41,11 +65,32 @@ func TestSensitivityMatchesWholeModel(t *testing.T) {
 	if sens.Tokens != 256 || sens.Sequences != 2 {
 		t.Fatalf("scored %d tokens of %d sequences, want 256 of 2", sens.Tokens, sens.Sequences)
 	}
+	if f32 := sens.Arithmetic == "float32 products"; f32 == rounded || sens.Arithmetic == "" {
+		t.Fatalf("the file records arithmetic %q; rounded products: %v", sens.Arithmetic, rounded)
+	}
 	ms := fullSource(t, dir)
-	load := func(s infer.Source) *infer.Model { return loadF32(t, s, 256) }
-	ref := load(ms)
+	exact := func(s infer.Source) *infer.Model { return loadF32(t, s, 256) }
+	ref := exact(ms)
+	// the rounded arithmetic: the blocks' bf16 matrices kept bf16 (the embedding and the LM
+	// head stay float32, as the pass reads them)
+	var ms16 *metaSource
+	var ref16 *infer.Model
+	roundedModel := func(s infer.Source) *infer.Model {
+		o := forwardOptions(false)
+		o.Threads, o.CtxSize = 2, 256
+		m, err := infer.Load(s, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		return m
+	}
+	if rounded {
+		ms16 = halfSource(t, dir)
+		ref16 = roundedModel(ms16)
+	}
 	got := map[string]float64{}
-	for _, name := range []string{"blk.0.attn_qkv.weight", "blk.3.attn_q.weight", "blk.1.ffn_up_exps.weight", "token_embd.weight", "output.weight"} {
+	for _, name := range names {
 		typ, kl, _, ok := sens.Sensitivity(name)
 		if !ok {
 			t.Fatalf("%s: not measured", name)
@@ -70,16 +115,33 @@ func TestSensitivityMatchesWholeModel(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		want := meanKL(t, ref, load(withTensor(ms, name, deq)), cal)
+		want := meanKL(t, ref, exact(withTensor(ms, name, deq)), cal)
 		got[name] = kl
-		t.Logf("%-26s pass %.6g, whole model %.6g (%.4f)", name, kl, want, kl/want)
-		if !(want > 0) || math.Abs(kl-want) > 0.02*want {
-			t.Errorf("%s: the pass measured KL %.6g, the whole model gives %.6g", name, kl, want)
+		if !rounded {
+			t.Logf("%-26s pass %.6g, whole model %.6g (%.4f)", name, kl, want, kl/want)
+			if !(want > 0) || math.Abs(kl-want) > 0.02*want {
+				t.Errorf("%s: the pass measured KL %.6g, the whole model gives %.6g", name, kl, want)
+			}
+			continue
+		}
+		var q *infer.Model
+		if ms16.tensors[name].Type == gguf.TypeBF16 {
+			q = roundedModel(withTensor16(ms16, name, deq))
+		} else {
+			q = roundedModel(withTensor(ms16, name, deq))
+		}
+		want16 := meanKL(t, ref16, q, cal)
+		t.Logf("%-26s rounded pass %.6g, whole model rounded %.6g (%.4f), float32 %.6g (%.4f)", name, kl, want16, kl/want16, want, kl/want)
+		if !(want16 > 0) || math.Abs(kl-want16) > 0.02*want16 {
+			t.Errorf("%s: the rounded pass measured KL %.6g, the whole model in the same arithmetic gives %.6g", name, kl, want16)
+		}
+		// against the float32 definition the rounding adds what two rounded streams differ
+		// by besides the probe (docs/calibration.md, "Measured sensitivity")
+		if math.Abs(kl-want) > 0.35*want {
+			t.Errorf("%s: the rounded pass measured KL %.6g, the float32 definition gives %.6g", name, kl, want)
 		}
 	}
-	if !(got["blk.0.attn_qkv.weight"] > got["blk.3.attn_q.weight"]) {
-		t.Errorf("DeltaNet attn_qkv (%.3g) not above attention q (%.3g)", got["blk.0.attn_qkv.weight"], got["blk.3.attn_q.weight"])
-	}
+	return got
 }
 
 // TestSensitivitySkipped: a calibration set below MinSensitivityTokens and a disabled pass
