@@ -48,7 +48,12 @@ func randSeqs(seed uint64, n, vocab, minLen, maxLen, pad int) []Sequence {
 }
 
 // fullSource loads every tensor of an HF folder as F32 into an infer.Source.
-func fullSource(t testing.TB, dir string) *metaSource {
+func fullSource(t testing.TB, dir string) *metaSource { return loadSource(t, dir, false) }
+
+// loadSource reads every tensor of dir into memory as float32 or, with keepBF16, the blocks'
+// matrices that the checkpoint stores in BF16 in BF16 (as the calibration forward holds them;
+// halfType).
+func loadSource(t testing.TB, dir string, keepBF16 bool) *metaSource {
 	t.Helper()
 	src, err := modelsrc.OpenHF(dir)
 	if err != nil {
@@ -62,6 +67,9 @@ func fullSource(t testing.TB, dir string) *metaSource {
 			t.Fatal(err)
 		}
 		ms.tensors[d.Name] = &infer.Tensor{Name: d.Name, Type: gguf.TypeF32, Dims: d.Shape, Data: f32Bytes(buf)}
+		if keepBF16 && Layer(d.Name) >= 0 && halfType(d) == gguf.TypeBF16 {
+			ms.tensors[d.Name] = &infer.Tensor{Name: d.Name, Type: gguf.TypeBF16, Dims: d.Shape, Data: roundedProbe(nil, buf)}
+		}
 	}
 	return ms
 }
@@ -198,25 +206,6 @@ func loadF32(t testing.TB, src infer.Source, ctx int) *infer.Model {
 	}
 	t.Cleanup(func() { m.Close() })
 	return m
-}
-
-// halfSource is fullSource with the blocks' matrices that the checkpoint stores in BF16 kept
-// in BF16 (as the calibration forward holds them; halfType); everything else float32.
-func halfSource(t testing.TB, dir string) *metaSource {
-	t.Helper()
-	src, err := modelsrc.OpenHF(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	ms := fullSource(t, dir)
-	for _, d := range src.Tensors() {
-		if Layer(d.Name) < 0 || halfType(d) != gguf.TypeBF16 {
-			continue
-		}
-		ms.tensors[d.Name] = &infer.Tensor{Name: d.Name, Type: gguf.TypeBF16, Dims: d.Shape, Data: roundedProbe(nil, bytesAsF32(ms.tensors[d.Name].Data))}
-	}
-	return ms
 }
 
 // withTensor16 returns a copy of ms whose tensor name holds the values v rounded to bf16.

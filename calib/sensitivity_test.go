@@ -86,7 +86,7 @@ func sensitivityMatchesWholeModel(t *testing.T, dir string, names []string, roun
 		return m
 	}
 	if rounded {
-		ms16 = halfSource(t, dir)
+		ms16 = loadSource(t, dir, true)
 		ref16 = roundedModel(ms16)
 	}
 	got := map[string]float64{}
