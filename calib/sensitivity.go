@@ -372,7 +372,8 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 		r.runner.SetBF16Products(false)
 		defer r.runner.SetBF16Products(true)
 	}
-	var hbuf []byte // a probe's reconstruction rounded to bf16, reused
+	var hbuf []byte    // a probe's reconstruction rounded to bf16, reused
+	roundedProbes := 0 // probes multiplied with rounded products
 	for il := 0; il < c.NLayer; il++ {
 		if err := r.ctx.Err(); err != nil {
 			return "", err
@@ -422,6 +423,7 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 			if rounded && lw.tensors[d.Name].Type == gguf.TypeBF16 {
 				hbuf = roundedProbe(hbuf, deq)
 				pt.Type, pt.Data = gguf.TypeBF16, hbuf
+				roundedProbes++
 			}
 			ts[d.Name] = pt
 			if err := r.runner.LoadBlock(il, &metaSource{md: r.md, tensors: ts}); err != nil {
@@ -537,7 +539,7 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 	out := &Sensitivity{Format: SensitivityFormat, Tokens: tokens, Sequences: S, TopK: topK,
 		Metric:     "mean KL(full precision ‖ this tensor alone in the reference container) per scored calibration token, nats",
 		Arithmetic: "float32 products", Seconds: time.Since(t0).Seconds()}
-	if rounded {
+	if roundedProbes > 0 {
 		out.Arithmetic = "bf16 matrices (probes rounded to bf16) times activations rounded to bf16, float32 sums"
 	}
 	for _, p := range probes {
