@@ -280,6 +280,19 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 		perTok = float64(V)*float64(E) + float64(P)*float64(topK+sensitivityTail)*float64(E)
 	}
 	want = min(want, int(maxMACs/perTok))
+	// Every stream must multiply the probed tensor as the clean stream multiplies it, or the
+	// difference between two arithmetics would count as the probe's damage. With rounded bf16
+	// products (the statistics pass's forward on AVX512-BF16 without AMX) a bf16 matrix
+	// multiplies activations rounded to bf16, so a probe of a bf16 tensor is rounded to bf16
+	// too and takes the same path (roundedProbe); the rounding moves the reconstruction by at
+	// most 2⁻⁹ of each value, against the reference container's error of several percent.
+	// That runs the pass's GEMMs at the rounded kernel's rate (about 1.6× faster on a dense
+	// 1 B model). Models with routed experts keep float32 products: there the streams'
+	// different roundings flip near-tied routing decisions, which moved single tensors' KL by
+	// up to 50× on the trained MoE models (docs/calibration.md, "Measured sensitivity").
+	// Otherwise the probes' reconstructions are float32 matrices, multiplied exactly, and the
+	// clean stream's bf16 matrices are too.
+	rounded := r.runner.Options().BF16Rounded() && c.NExpert == 0
 	if o.MemoryBudget > 0 {
 		// the LM head in f32 (and its round trip for output.weight's probe) and the streams
 		// share a quarter of the budget
@@ -287,10 +300,14 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 		if hasHead && r.probed(hd) || tied {
 			headBytes *= 2
 		}
-		// and the round trip of the largest tensor beside its block
+		// and the round trip of the largest tensor beside its block (with its bf16 copy when
+		// rounded)
 		var largest int64
 		for _, name := range names {
 			largest = max(largest, elements(r.descs[name].Shape)*4)
+		}
+		if rounded {
+			largest += largest / 2
 		}
 		left := o.MemoryBudget/4 - headBytes - largest
 		if left <= 0 {
@@ -355,19 +372,7 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 		r.runner.SetPackWeights(false)
 		defer r.runner.SetPackWeights(true)
 	}
-	// Every stream must multiply the probed tensor as the clean stream multiplies it, or the
-	// difference between two arithmetics would count as the probe's damage. With rounded bf16
-	// products (the statistics pass's forward on AVX512-BF16 without AMX) a bf16 matrix
-	// multiplies activations rounded to bf16, so a probe of a bf16 tensor is rounded to bf16
-	// too and takes the same path (roundedProbe); the rounding moves the reconstruction by at
-	// most 2⁻⁹ of each value, against the reference container's error of several percent.
-	// That runs the pass's GEMMs at the rounded kernel's rate (about 1.6× faster on a dense
-	// 1 B model). Models with routed experts keep float32 products: there the streams'
-	// different roundings flip near-tied routing decisions, which moved single tensors' KL by
-	// up to 50× on the trained MoE models (docs/calibration.md, "Measured sensitivity").
-	// Otherwise the probes' reconstructions are float32 matrices, multiplied exactly, and the
-	// clean stream's bf16 matrices are too.
-	rounded := r.runner.Options().BF16Rounded() && c.NExpert == 0
+	// the arithmetic (rounded, above)
 	if !rounded && r.runner.Options().BF16Products {
 		r.runner.SetBF16Products(false)
 		defer r.runner.SetBF16Products(true)
