@@ -41,7 +41,7 @@ func TestSensitivityMatchesWholeModel(t *testing.T) {
 	if bf16Rounded(false) {
 		sensitivityMatchesWholeModel(t, trained("qwen3"), dense, true)
 	} else {
-		t.Log("no rounded bf16 products on this CPU: the dense model's pass in float32")
+		t.Log("no rounded bf16 products here (the CPU, AMX or a purego build): the dense model's pass in float32")
 		sensitivityMatchesWholeModel(t, trained("qwen3"), dense, false)
 	}
 }
