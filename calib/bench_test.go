@@ -77,8 +77,10 @@ func BenchmarkCalibrate(b *testing.B) {
 // BenchmarkVsLlamaImatrix compares tq calibrate's throughput and peak RSS with llama.cpp's
 // llama-imatrix built natively (TQ_LLAMACPP_NATIVE, scripts/llamacpp-native.sh; skipped
 // without it), in the same run, on a generated qwen3 model (TQ_BENCH_BYTES of BF16 weights,
-// default 400 MB) and 8 chunks of 512 tokens, 2 threads each. llama-imatrix reads the F16
-// GGUF of the same model (no perplexity); tq reads the checkpoint, in two configurations:
+// default 400 MB) and 8 chunks of 512 tokens (TQ_BENCH_CHUNKS; 30 is about the default
+// calibration set's 15,000 tokens, at which "full" runs the sensitivity pass on the 1 B
+// model), 2 threads each. llama-imatrix reads the F16 GGUF of the same model (no
+// perplexity); tq reads the checkpoint, in two configurations:
 // "stats" (the importance statistics and the per-tensor search, no Gram matrices, no
 // sensitivity pass: what llama-imatrix computes, plus the search) and "full" (the default:
 // Gram matrices and the sensitivity pass too). Each runs in its own process (wall time
@@ -98,7 +100,15 @@ func BenchmarkVsLlamaImatrix(b *testing.B) {
 		}
 		size = v
 	}
-	const chunks, ctx = 8, 512
+	const ctx = 512
+	chunks := 8
+	if s := os.Getenv("TQ_BENCH_CHUNKS"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v <= 0 || v > 1024 {
+			b.Fatalf("TQ_BENCH_CHUNKS=%q", s)
+		}
+		chunks = v
+	}
 	o := fixtures.Preset("qwen3")
 	o.TargetBytes = size
 	dir := genModel(b, o)
