@@ -1,7 +1,6 @@
 package calib
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -565,9 +564,7 @@ func roundedProbe(buf []byte, deq []float32) []byte {
 		buf = make([]byte, 2*len(deq))
 	}
 	buf = buf[:2*len(deq)]
-	for i, v := range deq {
-		binary.LittleEndian.PutUint16(buf[2*i:], kernels.RoundBF16(v))
-	}
+	kernels.RoundBF16Slice(buf, deq)
 	return buf
 }
 

@@ -78,17 +78,26 @@ func (s *RoundedRows) Set(r0, r1 int, a []float32, lda int) {
 	k, ld := s.k, s.ld()
 	asm := use512()
 	for r := r0; r < r1; r++ {
-		row := a[r*lda : r*lda+k]
 		dst := s.h[2*r*ld : 2*(r+1)*ld]
-		j := 0
-		if asm && k >= 16 {
-			j = k &^ 15
-			roundBF16AVX512(&dst[0], &row[0], j)
-		}
-		for ; j < k; j++ {
-			binary.LittleEndian.PutUint16(dst[2*j:], RoundBF16(row[j]))
-		}
+		roundBF16Slice(dst, a[r*lda:r*lda+k], asm)
 		clear(dst[2*k:])
+	}
+}
+
+// RoundBF16Slice writes the bf16 nearest to each value of src (RoundBF16), little-endian, into
+// dst[:2·len(src)], with the AVX-512 kernel where it runs.
+func RoundBF16Slice(dst []byte, src []float32) { roundBF16Slice(dst, src, use512()) }
+
+func roundBF16Slice(dst []byte, src []float32, asm bool) {
+	k := len(src)
+	_ = dst[:2*k]
+	j := 0
+	if asm && k >= 16 {
+		j = k &^ 15
+		roundBF16AVX512(&dst[0], &src[0], j)
+	}
+	for ; j < k; j++ {
+		binary.LittleEndian.PutUint16(dst[2*j:], RoundBF16(src[j]))
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -301,5 +302,47 @@ func TestSgemmRoundedPacked(t *testing.T) {
 	s.Reset(16, 32)
 	if err := SgemmRoundedPacked(&s, make([]uint32, 10), 32, make([]float32, 16*32), 32, false); err == nil {
 		t.Error("SgemmRoundedPacked took a short packed B")
+	}
+}
+
+// TestRoundBF16Slice: the slice form (AVX-512 kernel for whole 16-value steps where it runs,
+// the scalar rule for the rest) gives RoundBF16 of every value, on normal and heavy-tailed
+// values with ties, subnormals, infinities and NaN, at lengths around the step; the pure-Go
+// path is checked as well.
+func TestRoundBF16Slice(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{0, 1, 15, 16, 17, 33, 255, 1000} {
+		src := make([]float32, n)
+		for i := range src {
+			switch i % 7 {
+			case 0:
+				src[i] = float32(r.NormFloat64())
+			case 1:
+				src[i] = float32(math.Exp(6*r.NormFloat64())) * float32(1-2*r.IntN(2)) // heavy-tailed
+			case 2:
+				src[i] = math.Float32frombits(uint32(r.IntN(1<<16))<<16 | 0x8000) // a tie
+			case 3:
+				src[i] = math.Float32frombits(r.Uint32() & 0x807fffff) // subnormal or zero
+			case 4:
+				src[i] = []float32{float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), math.MaxFloat32}[r.IntN(4)]
+			default:
+				src[i] = math.Float32frombits(r.Uint32())
+			}
+		}
+		for _, asm := range []bool{false, use512()} {
+			dst := make([]byte, 2*n+2)
+			dst[2*n], dst[2*n+1] = 0xaa, 0x55
+			roundBF16Slice(dst, src, asm)
+			for i, v := range src {
+				got := uint16(dst[2*i]) | uint16(dst[2*i+1])<<8
+				want := RoundBF16(v)
+				if got != want && !(v != v && got&0x7f80 == 0x7f80 && got&0x7f != 0) {
+					t.Fatalf("n %d asm %v: value %d (%#x): %#x, want %#x", n, asm, i, math.Float32bits(v), got, want)
+				}
+			}
+			if dst[2*n] != 0xaa || dst[2*n+1] != 0x55 {
+				t.Fatalf("n %d asm %v: wrote past 2·n bytes", n, asm)
+			}
+		}
 	}
 }
