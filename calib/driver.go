@@ -119,7 +119,8 @@ type Options struct {
 	// DefaultSensitivityTokens, fewer when the pass would cost more than twice the statistics
 	// pass's block work; < 0: no pass, no sensitivity.json). See sensitivity.go.
 	SensitivityTokens int
-	// SensitivityMACs bounds the pass's LM-head multiply-adds (0: DefaultSensitivityMACs).
+	// SensitivityMACs bounds the pass's LM-head multiply-adds (0: the larger of
+	// DefaultSensitivityMACs and a quarter of the pass's block work; see sensitivitySample).
 	SensitivityMACs float64
 	// Version is the tq version recorded.
 	Version string

@@ -40,7 +40,8 @@ import (
 // the whole vocabulary when it is small, else over the reference's most probable tokens plus
 // a sample of the rest (topKKL), so its work per token is vocabulary × n_embd for the
 // reference plus probes × min(vocabulary, 512) × n_embd. Both are bounded: the sample shrinks
-// to fit DefaultSensitivityMACs and a quarter of the memory budget, and the pass is skipped
+// to fit twice the statistics pass's block work, a head bound (sensitivitySample) and a
+// quarter of the memory budget, and the pass is skipped
 // (with a warning) when fewer than MinSensitivityTokens tokens would remain.
 
 // sensitivityMode is the encoder of the probes: ggml's own algorithm with the importance
@@ -74,9 +75,17 @@ var (
 	sensitivityTail      = 256
 )
 
-// DefaultSensitivityMACs bounds the pass's LM-head work (multiply-adds, about a minute on
-// two cores).
+// DefaultSensitivityMACs is the LM-head work (multiply-adds, about a minute on two cores) the
+// pass may always spend; by default it may spend more, up to sensitivityHeadShare of the work
+// its blocks do for the same sample (sensitivitySample).
 const DefaultSensitivityMACs = 1e11
+
+// sensitivityHeadShare bounds the default LM-head work relative to the pass's block work. A
+// fixed bound alone skipped the pass on every model of 8 B parameters or more: with
+// Qwen3.6-35B-A3B's vocabulary of 248,320 and about 370 probes, 10¹¹ multiply-adds are 111
+// tokens, below MinSensitivityTokens, while its blocks' bound allows about 260 (25,000
+// calibration tokens) at several hundred times the head's work.
+const sensitivityHeadShare = 0.25
 
 // maxSensitivityTensors bounds the entries a sensitivity file may hold.
 const maxSensitivityTensors = 1 << 20
@@ -210,6 +219,70 @@ func (r *run) probed(d modelsrc.TensorDesc) bool {
 	return ok
 }
 
+// sampleShape is what the pass's work per token depends on.
+type sampleShape struct {
+	layers int
+	// runs holds, per probe, the blocks its stream runs: n_layer − its layer, n_layer for the
+	// embedding, 0 for the LM head.
+	runs        []int
+	statsTokens int64   // the statistics pass's tokens
+	blockMACs   float64 // multiply-adds per token of all blocks' weights (routed experts at their active share)
+	vocab, embd int
+}
+
+// sensitivitySample returns the pass's sample size before the memory bound, and the top-k of
+// its KL (0: the whole vocabulary). tokens is Options.SensitivityTokens (0: the default,
+// DefaultSensitivityTokens shrunk so that the pass's block work — the clean stream through
+// every block and each probe through its runs — stays within sensitivityWorkRatio × the
+// statistics pass's); macs is Options.SensitivityMACs (0: the larger of
+// DefaultSensitivityMACs and sensitivityHeadShare × the blocks' work for the sample). The
+// sample then shrinks to fit the LM head's work in that bound.
+func sensitivitySample(s sampleShape, tokens int, macs float64) (int, int) {
+	want := tokens
+	if want == 0 {
+		want = DefaultSensitivityTokens
+	}
+	perTokBlocks := s.layers
+	for _, r := range s.runs {
+		perTokBlocks += r
+	}
+	if tokens == 0 {
+		want = min(want, int(sensitivityWorkRatio*float64(s.statsTokens)*float64(s.layers)/float64(max(perTokBlocks, 1))))
+	}
+	// the head's work per token: the reference over the vocabulary, each probe over the
+	// vocabulary or (large vocabularies) over the reference's top sensitivityTopK tokens and
+	// a tail sample
+	P := len(s.runs)
+	topK := 0
+	perTok := float64(P+1) * float64(s.vocab) * float64(s.embd)
+	if s.vocab > sensitivityFullVocab {
+		topK = sensitivityTopK
+		perTok = float64(s.vocab)*float64(s.embd) + float64(P)*float64(topK+sensitivityTail)*float64(s.embd)
+	}
+	if macs <= 0 {
+		blocks := float64(want) * float64(perTokBlocks) * s.blockMACs / float64(max(s.layers, 1))
+		macs = max(DefaultSensitivityMACs, sensitivityHeadShare*blocks)
+	}
+	return min(want, int(macs/perTok)), topK
+}
+
+// blockMACs is the multiply-adds per token of the model's block weights: every matrix of a
+// layer, routed experts at n_expert_used/n_expert.
+func (r *run) blockMACs() float64 {
+	var n float64
+	for name, d := range r.descs {
+		if Layer(name) < 0 || len(d.Shape) < 2 {
+			continue
+		}
+		e := float64(elements(d.Shape))
+		if len(d.Shape) == 3 && r.cfg.NExpert > 0 && d.Shape[2] == int64(r.cfg.NExpert) {
+			e *= float64(r.cfg.NExpertUse) / float64(r.cfg.NExpert)
+		}
+		n += e
+	}
+	return n
+}
+
 // sensitivity runs the measured-sensitivity pass and writes sensitivity.json; all holds the
 // merged statistics (importance). It returns the file's path, or "" when skipped.
 func (r *run) sensitivity(all *Stats) (string, error) {
@@ -243,42 +316,21 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 		return "", nil
 	}
 	// the sample: whole sequences spread over the calibration set, up to the token bound
-	want := o.SensitivityTokens
-	if want == 0 {
-		want = DefaultSensitivityTokens
+	var statsTokens int64
+	for _, s := range o.Sequences {
+		statsTokens += int64(len(s.Tokens))
 	}
-	maxMACs := o.SensitivityMACs
-	if maxMACs <= 0 {
-		maxMACs = DefaultSensitivityMACs
-	}
-	// by default the pass's block work stays within sensitivityWorkRatio × the statistics
-	// pass's: per token, every probe runs the blocks from its own to the last, and the clean
-	// stream all of them
-	if o.SensitivityTokens == 0 {
-		L := c.NLayer
-		perTokBlocks := L
-		for _, name := range names {
-			if l := Layer(name); l >= 0 {
-				perTokBlocks += L - l
-			} else if name == "token_embd.weight" {
-				perTokBlocks += L
-			}
+	shape := sampleShape{layers: c.NLayer, statsTokens: statsTokens, blockMACs: r.blockMACs(), vocab: V, embd: E}
+	for _, name := range names {
+		if l := Layer(name); l >= 0 {
+			shape.runs = append(shape.runs, c.NLayer-l)
+		} else if name == "token_embd.weight" {
+			shape.runs = append(shape.runs, c.NLayer)
+		} else {
+			shape.runs = append(shape.runs, 0)
 		}
-		var statsTokens int64
-		for _, s := range o.Sequences {
-			statsTokens += int64(len(s.Tokens))
-		}
-		want = min(want, int(sensitivityWorkRatio*float64(statsTokens)*float64(L)/float64(max(perTokBlocks, 1))))
 	}
-	// the head's work per token: the reference over the vocabulary, each probe over the
-	// vocabulary or (large vocabularies) over the reference's top sensitivityTopK tokens
-	topK := 0
-	perTok := float64(P+1) * float64(V) * float64(E)
-	if V > sensitivityFullVocab {
-		topK = sensitivityTopK
-		perTok = float64(V)*float64(E) + float64(P)*float64(topK+sensitivityTail)*float64(E)
-	}
-	want = min(want, int(maxMACs/perTok))
+	want, topK := sensitivitySample(shape, o.SensitivityTokens, o.SensitivityMACs)
 	// Every stream must multiply the probed tensor as the clean stream multiplies it, or the
 	// difference between two arithmetics would count as the probe's damage. With rounded bf16
 	// products (the statistics pass's forward on AVX512-BF16 without AMX) a bf16 matrix

@@ -327,3 +327,61 @@ func TestSensitivityTiedEmbeddings(t *testing.T) {
 		t.Errorf("the pass measured KL %.6g, the whole model gives %.6g", kl, want)
 	}
 }
+
+// TestSensitivitySampleShapes checks the pass's default sample size on the shape of the model
+// this toolchain is for, Qwen3.6-35B-A3B (40 blocks, every fourth full attention; vocabulary
+// 248,320, n_embd 2,048; 9 probes per DeltaNet block — attn_qkv, attn_gate, ssm_out and the
+// routed and shared experts' three matrices — 10 per attention block, plus the embedding and
+// the LM head; about 2.44·10⁹ block multiply-adds per token with 8 of 256 experts), after a
+// statistics pass over 25,000 tokens. A fixed LM-head bound of 10¹¹ multiply-adds left 111
+// tokens there, so the pass was skipped; by default the head may take a quarter of the
+// blocks' work, so the block bound (twice the statistics pass) decides. And where the head is
+// the larger part (a huge vocabulary on tiny blocks), the head bound still shrinks the sample.
+func TestSensitivitySampleShapes(t *testing.T) {
+	const L = 40
+	hybrid := sampleShape{layers: L, statsTokens: 25000, blockMACs: 2.44e9, vocab: 248320, embd: 2048}
+	for l := 0; l < L; l++ {
+		n := 9
+		if l%4 == 3 {
+			n = 10
+		}
+		for i := 0; i < n; i++ {
+			hybrid.runs = append(hybrid.runs, L-l)
+		}
+	}
+	hybrid.runs = append(hybrid.runs, L, 0) // token_embd, output
+	perTokBlocks := L
+	for _, r := range hybrid.runs {
+		perTokBlocks += r
+	}
+	blockBound := int(sensitivityWorkRatio * 25000 * L / float64(perTokBlocks))
+	headPerTok := 248320*2048.0 + float64(len(hybrid.runs))*float64(sensitivityTopK+sensitivityTail)*2048
+	if old, _ := sensitivitySample(hybrid, 0, DefaultSensitivityMACs); old >= MinSensitivityTokens {
+		t.Fatalf("with the fixed head bound: %d tokens (the shape no longer shows why the bound is relative)", old)
+	}
+	want, topK := sensitivitySample(hybrid, 0, 0)
+	if want != blockBound || want < MinSensitivityTokens || topK != sensitivityTopK {
+		t.Fatalf("35B-A3B shape: %d tokens (top-k %d), want the block bound %d (≥ %d), top-k %d", want, topK, blockBound, MinSensitivityTokens, sensitivityTopK)
+	}
+	t.Logf("35B-A3B shape: %d probes, %d tokens, head %.2g of the blocks' %.2g multiply-adds", len(hybrid.runs), want,
+		float64(want)*headPerTok, float64(want)*float64(perTokBlocks)*2.44e9/L)
+	// an explicit bound and an explicit token count are kept
+	if n, _ := sensitivitySample(hybrid, 0, 50*headPerTok); n != 50 {
+		t.Errorf("explicit head bound of 50 tokens: %d", n)
+	}
+	if n, _ := sensitivitySample(hybrid, 1000, 0); n != 1000 {
+		t.Errorf("explicit 1000 tokens: %d", n)
+	}
+	// tiny blocks under a huge vocabulary: the head decides, at the larger of the fixed bound
+	// and a quarter of the blocks' work
+	for _, c := range []struct {
+		blockMACs float64
+		macs      float64
+	}{{1e6, DefaultSensitivityMACs}, {1e9, 0.25 * 2048 * 5 * 1e9 / 2}} {
+		s := sampleShape{layers: 2, runs: []int{2, 1, 0}, statsTokens: 1e6, blockMACs: c.blockMACs, vocab: 1 << 20, embd: 1024}
+		perTok := float64(1<<20)*1024 + 3*float64(sensitivityTopK+sensitivityTail)*1024
+		if n, _ := sensitivitySample(s, 0, 0); n != int(c.macs/perTok) || n >= DefaultSensitivityTokens {
+			t.Errorf("block MACs %g: %d tokens, want %d", c.blockMACs, n, int(c.macs/perTok))
+		}
+	}
+}
