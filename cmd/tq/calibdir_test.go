@@ -46,6 +46,23 @@ func TestConvertWithCalibrationDir(t *testing.T) {
 			t.Errorf("%v: no tensor uses the calibration's Gram matrices", args)
 		}
 	}
+	// without sensitivity.json (these two short prompts are below the pass's minimum sample)
+	// a budget says that it weighs tensors by weight error alone; a preset does not need it
+	if err := os.Remove(filepath.Join(cal, "sensitivity.json")); err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		warn bool
+	}{{[]string{"--target-bpw", "5"}, true}, {[]string{"--outtype", "q4_k_m"}, false}} {
+		_, errs, err := tqRun(t, append([]string{"convert", hfDir, "--calibration", cal, "--dry-run"}, c.args...)...)
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", c.args, err, errs)
+		}
+		if got := strings.Contains(errs, "has no sensitivity.json"); got != c.warn {
+			t.Errorf("%v without sensitivity.json: warning %v, want %v\n%s", c.args, got, c.warn, errs)
+		}
+	}
 	// a folder without what calibrate writes is an error naming it
 	empty := filepath.Join(dir, "empty")
 	if err := os.Mkdir(empty, 0o755); err != nil {
