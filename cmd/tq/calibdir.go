@@ -46,11 +46,8 @@ func calibrationInputs(dir string, opts *convert.Options, warn func(string)) ([]
 		}
 		opts.Types.Sensitivity = sens
 		used = append(used, sp)
-	} else if (opts.Types.TargetBPW > 0 || opts.Types.MaxSize > 0) && warn != nil {
-		// without it a budget cannot tell which tensors matter: on the trained models of
-		// docs/results.md its held-out KLD at the Q4_K_M size was 1.9-2.8× that with it
-		warn(fmt.Sprintf("--calibration %s has no %s (the pass was skipped or disabled; see tq calibrate's warnings): the budget weighs every tensor by its weight error alone", dir, calib.SensitivityFile))
 	}
+	// (without it a budget warns: convert's solveBudget)
 	hdir := filepath.Join(dir, calib.HessianDir)
 	if _, err := os.Stat(filepath.Join(hdir, calib.HessianIndexFile)); err != nil {
 		if warn != nil {

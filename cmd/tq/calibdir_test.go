@@ -59,7 +59,7 @@ func TestConvertWithCalibrationDir(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v: %v\n%s", c.args, err, errs)
 		}
-		if got := strings.Contains(errs, "has no sensitivity.json"); got != c.warn {
+		if got := strings.Contains(errs, "no measured sensitivities"); got != c.warn {
 			t.Errorf("%v without sensitivity.json: warning %v, want %v\n%s", c.args, got, c.warn, errs)
 		}
 	}
