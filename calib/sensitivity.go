@@ -195,6 +195,19 @@ type sensProbe struct {
 	klSum    float64
 	embdRows map[int32][]float32 // token_embd probe: the round-tripped rows
 	head     []float32           // the round-tripped head (output.weight's probe; token_embd's when tied)
+	// headQ holds the round-tripped head in its container instead, with large vocabularies
+	// (top-k KL: only the scored rows are dequantized, into row)
+	headQ []byte
+	row   []float32
+}
+
+// headRow returns row k of the probe's round-tripped head (headQ's rows of rs bytes
+// dequantized; the same values as the whole tensor's dequantization).
+func (p *sensProbe) headRow(k, rs int) []float32 {
+	if err := quant.Dequantize(p.typ, p.row, p.headQ[k*rs:(k+1)*rs]); err != nil {
+		panic(err) // sizes are ours
+	}
+	return p.row
 }
 
 // sensitivityType is the reference container for a row of cols weights ("" when none).
@@ -349,7 +362,15 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 		// share a quarter of the budget
 		headBytes := int64(V) * int64(E) * 4
 		if hasHead && r.probed(hd) || tied {
-			headBytes *= 2
+			// its round trip: float32, or in its container with top-k KL
+			rt := headBytes
+			if topK > 0 {
+				typ, _ := sensitivityType(int64(E))
+				if rs, err := quant.RowSize(typ, E); err == nil {
+					rt = int64(V) * int64(rs)
+				}
+			}
+			headBytes += rt
 		}
 		// and the round trip of the largest tensor beside its block (with its bf16 copy when
 		// rounded)
@@ -503,20 +524,35 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 	if err := readTensor(r.src, hd, head); err != nil {
 		return "", fmt.Errorf("calib: %w", err)
 	}
-	if hasHead && r.probed(hd) {
-		typ, _ := sensitivityType(hd.Shape[0])
-		deq, rel, err := r.roundTrip(hd, sliceOf(head), typ, all, threads, nil)
+	// (with top-k KL the round-tripped head stays in its container: Qwen3.6-35B-A3B's would
+	// take 2 GB as float32, 0.29 GB as Q4_K)
+	var headRS int
+	if hasHead && r.probed(hd) || tiedEmbd != nil {
+		p := tiedEmbd
+		var imp *Stats // the tied head is the embedding's round trip, without importance
+		if p == nil {
+			typ, _ := sensitivityType(hd.Shape[0])
+			p = &sensProbe{name: headName, typ: typ}
+			probes = append(probes, p)
+			imp = all
+		}
+		var err error
+		var rel float64
+		if topK > 0 {
+			if headRS, err = quant.RowSize(p.typ, E); err != nil {
+				return "", fmt.Errorf("calib: %s: %w", headName, err)
+			}
+			p.headQ, rel, err = r.roundTripRows(hd, head, p.typ, imp, threads)
+			p.row = make([]float32, E)
+		} else {
+			p.head, rel, err = r.roundTrip(hd, sliceOf(head), p.typ, imp, threads, nil)
+		}
 		if err != nil {
 			return "", err
 		}
-		probes = append(probes, &sensProbe{name: headName, typ: typ, relErr: rel, head: deq})
-	} else if tiedEmbd != nil {
-		// tied embeddings: the embedding's probe also goes through the round-tripped head
-		deq, _, err := r.roundTrip(hd, sliceOf(head), tiedEmbd.typ, nil, threads, nil)
-		if err != nil {
-			return "", err
+		if p != tiedEmbd {
+			p.relErr = rel
 		}
-		tiedEmbd.head = deq
 	}
 	norm := make([]float32, E)
 	if d, ok := r.descs["output_norm.weight"]; ok {
@@ -578,7 +614,11 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 				infer.RMSNorm(pn, x, norm, eps)
 				var kl float64
 				if topK > 0 {
-					kl = topKKL(ref, refLogits, lseRef, idx, tail, pin, w, pn, lk)
+					row := func(k int) []float32 { return head[k*E : (k+1)*E] }
+					if p.headQ != nil {
+						row = func(k int) []float32 { return p.headRow(k, headRS) }
+					}
+					kl = topKKL(ref, refLogits, lseRef, idx, tail, pin, row, pn, lk)
 				} else {
 					headLogits(logits, w, pn, threads)
 					logSoftmax(lp, logits)
@@ -719,6 +759,53 @@ func (r *run) roundTrip(d modelsrc.TensorDesc, floats func(off, n int) []float32
 		rel = num / den
 	}
 	return deq, rel, nil
+}
+
+// roundTripRows is roundTrip for a matrix x in memory (rows × cols of d) that returns the
+// encoded rows instead of their reconstruction, encoding chunks of rows (the containers encode
+// rows independently, so the bytes and the error are roundTrip's).
+func (r *run) roundTripRows(d modelsrc.TensorDesc, x []float32, typ gguf.GGMLType, all *Stats, threads int) ([]byte, float64, error) {
+	cols, rows := int(d.Shape[0]), int(d.Shape[1])
+	rs, err := quant.RowSize(typ, cols)
+	if err != nil {
+		return nil, 0, fmt.Errorf("calib: tensor %s: %w", d.Name, err)
+	}
+	var imp []float32
+	if all != nil {
+		if ts := all.Tensors[d.Name]; ts != nil {
+			imp, _ = ts.Importance(0)
+		}
+	}
+	if imp != nil && len(imp) != cols {
+		imp = nil
+	}
+	const chunk = 1024
+	out := make([]byte, rows*rs)
+	deq := make([]float32, min(chunk, rows)*cols)
+	var buf []byte
+	var num, den float64
+	for r0 := 0; r0 < rows; r0 += chunk {
+		n := min(chunk, rows-r0)
+		xs := x[r0*cols : (r0+n)*cols]
+		if buf, err = quantizeRows(typ, sensitivityMode, xs, n, cols, imp, threads, d.Name, buf, deq); err != nil {
+			return nil, 0, err
+		}
+		copy(out[r0*rs:], buf)
+		for k := range xs {
+			w := 1.0
+			if imp != nil {
+				w = float64(imp[k%cols])
+			}
+			e := float64(xs[k]) - float64(deq[k])
+			num += w * e * e
+			den += w * float64(xs[k]) * float64(xs[k])
+		}
+	}
+	rel := 0.0
+	if den > 0 {
+		rel = num / den
+	}
+	return out, rel, nil
 }
 
 // sliceOf serves roundTrip from a float32 tensor in memory.
@@ -866,18 +953,17 @@ func tailSample(dst []int, ref []float64, mask []bool, u []float64) []int {
 // Δ_v the change of token v's logit, the tail's partition changes by E_tail[e^Δ] and its KL
 // term is p_tail·(lse_probe − lse_ref − E_tail[Δ]); both expectations are estimated by the
 // sample means. Exact when the probe changes no tail logit or the tail is empty.
-func topKKL(ref []float64, refLogits []float32, lseRef float64, idx, tail []int, pin float64, w, h []float32, lk []float64) float64 {
-	E := len(h)
+func topKKL(ref []float64, refLogits []float32, lseRef float64, idx, tail []int, pin float64, row func(k int) []float32, h []float32, lk []float64) float64 {
 	ptail := max(0, 1-pin)
 	var zTop float64
 	for j, k := range idx {
-		lk[j] = float64(kernels.DotF32(w[k*E:(k+1)*E], h))
+		lk[j] = float64(kernels.DotF32(row(k), h))
 		zTop += math.Exp(lk[j] - lseRef)
 	}
 	var meanExp, meanD float64
 	if len(tail) > 0 && ptail > 0 {
 		for _, v := range tail {
-			d := float64(kernels.DotF32(w[v*E:(v+1)*E], h)) - float64(refLogits[v])
+			d := float64(kernels.DotF32(row(v), h)) - float64(refLogits[v])
 			meanExp += math.Exp(d)
 			meanD += d
 		}
