@@ -449,13 +449,30 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 		r.runner.SetBF16Products(false)
 		defer r.runner.SetBF16Products(true)
 	}
+	newAt := make([]int, c.NLayer) // the probes each block starts
+	for _, name := range names {
+		if l := Layer(name); l >= 0 && l < c.NLayer {
+			newAt[l]++
+		}
+	}
 	var hbuf []byte    // a probe's reconstruction rounded to bf16, reused
 	roundedProbes := 0 // probes multiplied with rounded products
 	for il := 0; il < c.NLayer; il++ {
 		if err := r.ctx.Err(); err != nil {
 			return "", err
 		}
-		r.progress(Progress{Stage: "sensitivity", Layer: il, Elapsed: time.Since(t0)})
+		// progress: the streams through this block (the earlier probes, the clean one and this
+		// block's new probes), each over the sample's tokens
+		tb := time.Now()
+		var bt Progress
+		bt.Stage, bt.Layer = "sensitivity", il
+		bt.TotalTokens = int64(len(probes)+1+newAt[il]) * int64(tokens)
+		r.progress(bt)
+		step := func() {
+			bt.Tokens += int64(tokens)
+			bt.Elapsed = time.Since(tb)
+			r.progress(bt)
+		}
 		lw, err := loadLayer(r.src, il, r.threadCount())
 		if err != nil {
 			return "", err
@@ -472,10 +489,12 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 			if err := r.forwardAll(p.x, seqs); err != nil {
 				return "", err
 			}
+			step()
 		}
 		if err := r.forwardAll(clean, seqs); err != nil {
 			return "", err
 		}
+		step()
 		// one new probe per quantizable tensor of this block
 		for _, d := range lw.descs {
 			if !r.probed(d) {
@@ -513,6 +532,7 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 			if err := r.forwardAll(p.x, seqs); err != nil {
 				return "", err
 			}
+			step()
 			probes = append(probes, p)
 		}
 		r.runner.Release()

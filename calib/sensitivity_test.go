@@ -385,3 +385,55 @@ func TestSensitivitySampleShapes(t *testing.T) {
 		}
 	}
 }
+
+// TestSensitivityProgress: the pass reports every block's work as it goes (the streams that
+// run through it — the earlier probes, the clean one and the block's new probes — each over
+// the sample), so a long pass shows a progress bar; the last event of a block has done it all.
+func TestSensitivityProgress(t *testing.T) {
+	dir := filepath.Join(testenv.RepoRoot(t), "testdata", "trained", "qwen3")
+	cal, _ := heldoutSplit(t, 2, 128, 0, 0)
+	type blk struct{ last, total, events int64 }
+	blocks := map[int]*blk{}
+	o := Options{Sequences: cal, Threads: 2, NoBaseline: true, NoSensitivity: true, NoHessians: true, SensitivityTokens: 192}
+	o.Progress = func(p Progress) {
+		if p.Stage != "sensitivity" || p.Layer >= p.NLayer {
+			return
+		}
+		b := blocks[p.Layer]
+		if b == nil {
+			b = &blk{total: p.TotalTokens}
+			blocks[p.Layer] = b
+		}
+		if p.TotalTokens != b.total || p.Tokens < b.last || p.Tokens > p.TotalTokens {
+			t.Errorf("block %d: %d of %d tokens after %d of %d", p.Layer, p.Tokens, p.TotalTokens, b.last, b.total)
+		}
+		b.last = p.Tokens
+		b.events++
+	}
+	res := calibrate(t, dir, o)
+	s, err := LoadSensitivity(res.SensitivityPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	L := len(blocks)
+	started := make([]int, L+1) // probes started before block l
+	for _, ts := range s.Tensors {
+		if l := Layer(ts.Name); l >= 0 {
+			started[l+1]++
+		} else if ts.Name == "token_embd.weight" {
+			started[0]++
+		}
+	}
+	before := 0
+	for l := 0; l < L; l++ {
+		before += started[l]
+		b := blocks[l]
+		want := int64(before+1+started[l+1]) * int64(s.Tokens)
+		if b == nil || b.total != want || b.last != want || b.events < 3 {
+			t.Errorf("block %d: %+v, want %d tokens in all (%d earlier probes, the clean stream, %d new, %d tokens)", l, b, want, before, started[l+1], s.Tokens)
+		}
+	}
+	if L == 0 {
+		t.Fatal("no sensitivity progress")
+	}
+}

@@ -110,7 +110,7 @@ exact (the statistics themselves are always taken in f32).`,
 	fl.BoolVar(&f.noHessians, "no-hessians", false, "do not collect the input Gram matrices (same as --hessians=false)")
 	fl.IntVar(&f.hessianMaxCols, "hessian-max-cols", calib.DefaultHessianMaxCols, "inputs wider than this keep only their diagonal in hessians/")
 	fl.StringVar(&f.expertHessianLimit, "expert-hessian-limit", "4GiB", "MoE: most bytes (float32, before compression) of per-expert Gram matrices in hessians/ for the whole model; over it (or 0) experts keep diagonals")
-	fl.IntVar(&f.sensTokens, "sensitivity-tokens", calib.DefaultSensitivityTokens, "calibration tokens scored by the measured-sensitivity pass (0 = off; by default fewer when the pass would take more than twice the statistics pass)")
+	fl.IntVar(&f.sensTokens, "sensitivity-tokens", calib.DefaultSensitivityTokens, "calibration tokens scored by the measured-sensitivity pass, which size budgets (tq convert --target-bpw/--max-size) use (0 = off, for presets and plain --use-turboquant, which do not; by default fewer when the pass would take more than twice the statistics pass)")
 	fl.StringVar(&f.exportIM, "export-imatrix", "", "also write the statistics as a llama.cpp imatrix (.gguf, or .dat for the legacy format)")
 	fl.StringVar(&f.importIM, "import-imatrix", "", "use a llama.cpp imatrix (.gguf or .dat) instead of running the model")
 	fl.BoolVar(&f.restart, "restart", false, "discard any checkpoint and start over (default: resume an unfinished run with the same inputs)")
@@ -368,6 +368,8 @@ func (p *calibProgress) update(ev calib.Progress) {
 			desc = fmt.Sprintf("block %d/%d", ev.Layer+1, ev.NLayer)
 		case "head":
 			desc = "output head"
+		case "sensitivity":
+			desc = fmt.Sprintf("sensitivity %d/%d", ev.Layer+1, ev.NLayer)
 		}
 		p.bar = progressbar.NewOptions64(ev.TotalTokens, progressbar.OptionSetWriter(p.w), progressbar.OptionSetDescription(desc),
 			progressbar.OptionShowIts(), progressbar.OptionSetItsString("tok"), progressbar.OptionShowCount(),
@@ -386,6 +388,9 @@ func (p *calibProgress) done() {
 	if ev.Stage == "layer" && ev.TotalTokens > 0 && ev.Tokens == ev.TotalTokens {
 		fmt.Fprintf(p.w, "block %d/%d: %d tokens in %.1fs (%.0f tok/s)\n", ev.Layer+1, ev.NLayer, ev.Tokens,
 			ev.Elapsed.Seconds(), float64(ev.Tokens)/max(ev.Elapsed.Seconds(), 1e-9))
+	}
+	if ev.Stage == "sensitivity" && ev.Layer < ev.NLayer && ev.TotalTokens > 0 && ev.Tokens == ev.TotalTokens {
+		fmt.Fprintf(p.w, "sensitivity pass, block %d/%d: %d tokens through its streams in %.1fs\n", ev.Layer+1, ev.NLayer, ev.Tokens, ev.Elapsed.Seconds())
 	}
 	if ev.Stage == "sensitivity" && ev.Layer == ev.NLayer && ev.NSeq > 0 && ev.Seq == ev.NSeq {
 		fmt.Fprintf(p.w, "sensitivity pass: %d sequences through every probe in %.1fs\n", ev.NSeq, ev.Elapsed.Seconds())
