@@ -717,18 +717,12 @@ func (r *run) embedProbe(d modelsrc.TensorDesc, seqs []Sequence, all *Stats, thr
 				}
 				q = append([]float32(nil), deq...)
 				p.embdRows[tok] = q
-				for c := range row {
-					e := float64(row[c]) - float64(q[c])
-					num += e * e
-					den += float64(row[c]) * float64(row[c])
-				}
+				addWeightedErr(&num, &den, row, q, nil, E)
 			}
 			copy(p.x[i][j*E:], q)
 		}
 	}
-	if den > 0 {
-		p.relErr = num / den
-	}
+	p.relErr = relOf(num, den)
 	return p, nil
 }
 
@@ -749,36 +743,53 @@ func (r *run) roundTrip(d modelsrc.TensorDesc, floats func(off, n int) []float32
 	var buf []byte
 	var num, den float64
 	for e := 0; e < nm; e++ {
-		var imp []float32
-		if all != nil {
-			if ts := all.Tensors[d.Name]; ts != nil {
-				imp, _ = ts.Importance(e)
-			}
-		}
-		if imp != nil && len(imp) != cols {
-			imp = nil
-		}
+		imp := matrixImportance(all, d.Name, e, cols)
 		x := floats(e*rows*cols, rows*cols)
 		y := deq[e*rows*cols : (e+1)*rows*cols]
 		var err error
 		if buf, err = quantizeRows(typ, sensitivityMode, x, rows, cols, imp, threads, d.Name, buf, y); err != nil {
 			return nil, 0, err
 		}
-		for k := range x {
-			w := 1.0
-			if imp != nil {
-				w = float64(imp[k%cols])
-			}
-			e := float64(x[k]) - float64(y[k])
-			num += w * e * e
-			den += w * float64(x[k]) * float64(x[k])
+		addWeightedErr(&num, &den, x, y, imp, cols)
+	}
+	return deq, relOf(num, den), nil
+}
+
+// matrixImportance is matrix e's importance in all (nil when unknown or of another width).
+func matrixImportance(all *Stats, name string, e, cols int) []float32 {
+	if all == nil {
+		return nil
+	}
+	ts := all.Tensors[name]
+	if ts == nil {
+		return nil
+	}
+	imp, _ := ts.Importance(e)
+	if len(imp) != cols {
+		return nil
+	}
+	return imp
+}
+
+// addWeightedErr adds Σ w·(x−y)² to num and Σ w·x² to den, w the importance of each
+// element's column (1 without).
+func addWeightedErr(num, den *float64, x, y, imp []float32, cols int) {
+	for k := range x {
+		w := 1.0
+		if imp != nil {
+			w = float64(imp[k%cols])
 		}
+		e := float64(x[k]) - float64(y[k])
+		*num += w * e * e
+		*den += w * float64(x[k]) * float64(x[k])
 	}
-	rel := 0.0
+}
+
+func relOf(num, den float64) float64 {
 	if den > 0 {
-		rel = num / den
+		return num / den
 	}
-	return deq, rel, nil
+	return 0
 }
 
 // roundTripRows is roundTrip for a matrix x in memory (rows × cols of d) that returns the
@@ -790,15 +801,7 @@ func (r *run) roundTripRows(d modelsrc.TensorDesc, x []float32, typ gguf.GGMLTyp
 	if err != nil {
 		return nil, 0, fmt.Errorf("calib: tensor %s: %w", d.Name, err)
 	}
-	var imp []float32
-	if all != nil {
-		if ts := all.Tensors[d.Name]; ts != nil {
-			imp, _ = ts.Importance(0)
-		}
-	}
-	if imp != nil && len(imp) != cols {
-		imp = nil
-	}
+	imp := matrixImportance(all, d.Name, 0, cols)
 	const chunk = 1024
 	out := make([]byte, rows*rs)
 	deq := make([]float32, min(chunk, rows)*cols)
@@ -811,21 +814,9 @@ func (r *run) roundTripRows(d modelsrc.TensorDesc, x []float32, typ gguf.GGMLTyp
 			return nil, 0, err
 		}
 		copy(out[r0*rs:], buf)
-		for k := range xs {
-			w := 1.0
-			if imp != nil {
-				w = float64(imp[k%cols])
-			}
-			e := float64(xs[k]) - float64(deq[k])
-			num += w * e * e
-			den += w * float64(xs[k]) * float64(xs[k])
-		}
+		addWeightedErr(&num, &den, xs, deq, imp, cols)
 	}
-	rel := 0.0
-	if den > 0 {
-		rel = num / den
-	}
-	return out, rel, nil
+	return out, relOf(num, den), nil
 }
 
 // sliceOf serves roundTrip from a float32 tensor in memory.
