@@ -10,6 +10,7 @@ import (
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/infer"
 	"github.com/tq-project/tq/internal/fixtures"
+	"github.com/tq-project/tq/internal/modelsrc"
 	"github.com/tq-project/tq/internal/testenv"
 )
 
@@ -435,5 +436,28 @@ func TestSensitivityProgress(t *testing.T) {
 	}
 	if L == 0 {
 		t.Fatal("no sensitivity progress")
+	}
+}
+
+// TestBlockMACs: the statistics pass's multiply-adds per token, which the pass's head bound is
+// relative to, count every block matrix once and routed experts at n_expert_used/n_expert; not
+// the embedding, the LM head or the norms.
+func TestBlockMACs(t *testing.T) {
+	r := &run{cfg: &infer.Config{NExpert: 8, NExpertUse: 2}, descs: map[string]modelsrc.TensorDesc{
+		"token_embd.weight":           {Name: "token_embd.weight", Shape: []int64{256, 1000}},
+		"output.weight":               {Name: "output.weight", Shape: []int64{256, 1000}},
+		"blk.0.attn_norm.weight":      {Name: "blk.0.attn_norm.weight", Shape: []int64{256}},
+		"blk.0.attn_q.weight":         {Name: "blk.0.attn_q.weight", Shape: []int64{256, 512}},
+		"blk.1.ffn_gate_inp.weight":   {Name: "blk.1.ffn_gate_inp.weight", Shape: []int64{256, 8}},
+		"blk.1.ffn_gate_exps.weight":  {Name: "blk.1.ffn_gate_exps.weight", Shape: []int64{256, 128, 8}},
+		"blk.1.ffn_down_exps.weight":  {Name: "blk.1.ffn_down_exps.weight", Shape: []int64{128, 256, 8}},
+		"blk.1.ffn_gate_shexp.weight": {Name: "blk.1.ffn_gate_shexp.weight", Shape: []int64{256, 128}},
+		"blk.1.ssm_conv1d.weight":     {Name: "blk.1.ssm_conv1d.weight", Shape: []int64{4, 64}},
+		"output_norm.weight":          {Name: "output_norm.weight", Shape: []int64{256}},
+		"blk.1.attn_k_norm.weight":    {Name: "blk.1.attn_k_norm.weight", Shape: []int64{64}},
+	}}
+	want := 256.0*512 + 256*8 + 2*(256*128*8)*2/8 + 256*128 + 4*64
+	if got := r.blockMACs(); got != want {
+		t.Fatalf("blockMACs %g, want %g", got, want)
 	}
 }
