@@ -87,6 +87,10 @@ const DefaultSensitivityMACs = 1e11
 // calibration tokens) at several hundred times the head's work.
 const sensitivityHeadShare = 0.25
 
+// sensitivityHalfHead keeps a 16-bit LM head 16-bit with top-k KL (loadHead; tests compare
+// it with the float32 head).
+var sensitivityHalfHead = true
+
 // maxSensitivityTensors bounds the entries a sensitivity file may hold.
 const maxSensitivityTensors = 1 << 20
 
@@ -361,9 +365,12 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 		// the LM head in f32 (and its round trip for output.weight's probe) and the streams
 		// share a quarter of the budget
 		headBytes := int64(V) * int64(E) * 4
+		if topK > 0 && halfType(hd) != 0 {
+			headBytes /= 2 // kept 16-bit (loadHead)
+		}
 		if hasHead && r.probed(hd) || tied {
 			// its round trip: float32, or in its container with top-k KL
-			rt := headBytes
+			rt := int64(V) * int64(E) * 4
 			if topK > 0 {
 				typ, _ := sensitivityType(int64(E))
 				if rs, err := quant.RowSize(typ, E); err == nil {
@@ -383,7 +390,7 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 		}
 		left := o.MemoryBudget/4 - headBytes - largest
 		if left <= 0 {
-			r.warn("sensitivity pass skipped: the LM head in f32 (%s) and the largest tensor's round trip (%s) do not fit a quarter of the memory budget; budgets use the weight-error proxy",
+			r.warn("sensitivity pass skipped: the LM head (%s) and the largest tensor's round trip (%s) do not fit a quarter of the memory budget; budgets use the weight-error proxy",
 				fmtBytes(headBytes), fmtBytes(largest))
 			return "", nil
 		}
@@ -540,9 +547,9 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 		runtime.GC()
 	}
 	// the LM head: output.weight's probe uses the clean stream with the round-tripped head
-	head := make([]float32, V*E)
-	if err := readTensor(r.src, hd, head); err != nil {
-		return "", fmt.Errorf("calib: %w", err)
+	head, err := loadHead(r.src, hd, topK > 0 && sensitivityHalfHead)
+	if err != nil {
+		return "", err
 	}
 	// (with top-k KL the round-tripped head stays in its container: Qwen3.6-35B-A3B's would
 	// take 2 GB as float32, 0.29 GB as Q4_K)
@@ -556,16 +563,15 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 			probes = append(probes, p)
 			imp = all
 		}
-		var err error
 		var rel float64
 		if topK > 0 {
 			if headRS, err = quant.RowSize(p.typ, E); err != nil {
 				return "", fmt.Errorf("calib: %s: %w", headName, err)
 			}
-			p.headQ, rel, err = r.roundTripRows(hd, head, p.typ, imp, threads)
+			p.headQ, rel, err = r.roundTripRows(hd, head.floats(), p.typ, imp, threads)
 			p.row = make([]float32, E)
 		} else {
-			p.head, rel, err = r.roundTrip(hd, sliceOf(head), p.typ, imp, threads, nil)
+			p.head, rel, err = r.roundTrip(hd, head.floats(), p.typ, imp, threads, nil)
 		}
 		if err != nil {
 			return "", err
@@ -596,6 +602,23 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 	if topK > 0 {
 		refLogits, mask = make([]float32, V), make([]bool, V)
 	}
+	// with a 16-bit head, the rows a position scores are widened once for all its probes
+	var cache []float32
+	var slot []int32
+	if head.half != nil {
+		cache = make([]float32, (topK+sensitivityTail)*E)
+		slot = make([]int32, V)
+		for k := range slot {
+			slot[k] = -1
+		}
+	}
+	cleanRow := func(k int) []float32 {
+		if head.f32 != nil {
+			return head.f32[k*E : (k+1)*E]
+		}
+		j := int(slot[k])
+		return cache[j*E : (j+1)*E]
+	}
 	for i, s := range seqs {
 		if err := r.ctx.Err(); err != nil {
 			return "", err
@@ -621,6 +644,18 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 				for _, k := range idx {
 					mask[k] = false
 				}
+				if head.half != nil {
+					n := 0
+					for _, list := range [][]int{idx, tail} {
+						for _, k := range list {
+							if slot[k] < 0 {
+								slot[k] = int32(n)
+								head.row(k, cache[n*E:(n+1)*E])
+								n++
+							}
+						}
+					}
+				}
 			}
 			for _, p := range probes {
 				x := clean[i][t*E : (t+1)*E]
@@ -629,12 +664,12 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 				}
 				w := head
 				if p.head != nil {
-					w = p.head
+					w = &lmHead{e: E, f32: p.head}
 				}
 				infer.RMSNorm(pn, x, norm, eps)
 				var kl float64
 				if topK > 0 {
-					row := func(k int) []float32 { return head[k*E : (k+1)*E] }
+					row := cleanRow
 					if p.headQ != nil {
 						row = func(k int) []float32 { return p.headRow(k, headRS) }
 					}
@@ -649,6 +684,13 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 					}
 				}
 				p.klSum += max(kl, 0)
+			}
+			if head.half != nil {
+				for _, list := range [][]int{idx, tail} {
+					for _, k := range list {
+						slot[k] = -1
+					}
+				}
 			}
 		}
 	}
@@ -792,10 +834,10 @@ func relOf(num, den float64) float64 {
 	return 0
 }
 
-// roundTripRows is roundTrip for a matrix x in memory (rows × cols of d) that returns the
+// roundTripRows is roundTrip for a matrix (rows × cols of d; floats as for roundTrip) that returns the
 // encoded rows instead of their reconstruction, encoding chunks of rows (the containers encode
 // rows independently, so the bytes and the error are roundTrip's).
-func (r *run) roundTripRows(d modelsrc.TensorDesc, x []float32, typ gguf.GGMLType, all *Stats, threads int) ([]byte, float64, error) {
+func (r *run) roundTripRows(d modelsrc.TensorDesc, floats func(off, n int) []float32, typ gguf.GGMLType, all *Stats, threads int) ([]byte, float64, error) {
 	cols, rows := int(d.Shape[0]), int(d.Shape[1])
 	rs, err := quant.RowSize(typ, cols)
 	if err != nil {
@@ -809,7 +851,7 @@ func (r *run) roundTripRows(d modelsrc.TensorDesc, x []float32, typ gguf.GGMLTyp
 	var num, den float64
 	for r0 := 0; r0 < rows; r0 += chunk {
 		n := min(chunk, rows-r0)
-		xs := x[r0*cols : (r0+n)*cols]
+		xs := floats(r0*cols, n*cols)
 		if buf, err = quantizeRows(typ, sensitivityMode, xs, n, cols, imp, threads, d.Name, buf, deq); err != nil {
 			return nil, 0, err
 		}
@@ -860,8 +902,7 @@ func spreadIndex(k, n int) int {
 }
 
 // headLogits computes logits[v] = head[v]·h (head: V rows of len(h)), split over threads.
-func headLogits(logits, head, h []float32, threads int) {
-	E := len(h)
+func headLogits(logits []float32, head *lmHead, h []float32, threads int) {
 	V := len(logits)
 	threads = max(1, min(threads, V/256))
 	var wg sync.WaitGroup
@@ -870,12 +911,73 @@ func headLogits(logits, head, h []float32, threads int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			var buf []float32
+			if head.f32 == nil {
+				buf = make([]float32, head.e)
+			}
 			for v := lo; v < hi; v++ {
-				logits[v] = kernels.DotF32(head[v*E:(v+1)*E], h)
+				logits[v] = kernels.DotF32(head.row(v, buf), h)
 			}
 		}()
 	}
 	wg.Wait()
+}
+
+// lmHead is the LM head the pass scores with: float32, or (top-k KL, a 16-bit checkpoint)
+// its BF16/F16 rows, widened exactly where they are multiplied: the same values at half the
+// memory (Qwen3.6-35B-A3B's head: 1.0 GB instead of 2.0 GB).
+type lmHead struct {
+	e    int
+	f32  []float32
+	half []byte
+	ht   gguf.GGMLType
+}
+
+// loadHead reads the LM head d, kept 16-bit when half is set and the checkpoint stores it so.
+func loadHead(src WeightSource, d modelsrc.TensorDesc, half bool) (*lmHead, error) {
+	E, n := int(d.Shape[0]), elements(d.Shape)
+	h := &lmHead{e: E}
+	if ht := halfType(d); half && ht != 0 {
+		b := make([]byte, 2*n)
+		ok, err := readHalf(src, d, ht, b, make([]float32, readChunkBytes/4))
+		if err != nil {
+			return nil, fmt.Errorf("calib: %w", err)
+		}
+		if ok {
+			h.half, h.ht = b, ht
+			return h, nil
+		}
+	}
+	h.f32 = make([]float32, n)
+	if err := readTensor(src, d, h.f32); err != nil {
+		return nil, fmt.Errorf("calib: %w", err)
+	}
+	return h, nil
+}
+
+// row returns row k as float32: a slice of the float32 head, or widened into buf (len ≥ e).
+func (h *lmHead) row(k int, buf []float32) []float32 {
+	if h.f32 != nil {
+		return h.f32[k*h.e : (k+1)*h.e]
+	}
+	widen(h.ht, buf[:h.e], h.half[2*k*h.e:2*(k+1)*h.e])
+	return buf[:h.e]
+}
+
+// floats serves the head's round trip (roundTrip, roundTripRows): elements [off, off+n) as
+// float32, widened into a buffer reused between calls when the head is 16-bit.
+func (h *lmHead) floats() func(off, n int) []float32 {
+	if h.f32 != nil {
+		return sliceOf(h.f32)
+	}
+	var buf []float32
+	return func(off, n int) []float32 {
+		if cap(buf) < n {
+			buf = make([]float32, n)
+		}
+		widen(h.ht, buf[:n], h.half[2*off:2*(off+n)])
+		return buf[:n]
+	}
 }
 
 // topIndices returns the indices of the k largest values of v (any order), reusing dst.

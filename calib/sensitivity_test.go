@@ -461,3 +461,40 @@ func TestBlockMACs(t *testing.T) {
 		t.Fatalf("blockMACs %g, want %g", got, want)
 	}
 }
+
+// TestSensitivityHalfHead: with top-k KL a BF16 LM head stays 16-bit and its rows are widened
+// where they are multiplied, and the head's own probe stays in its container (rows
+// dequantized where scored); both give exactly the figures of the float32 head (trained qwen3,
+// BF16 checkpoint, top-k forced).
+func TestSensitivityHalfHead(t *testing.T) {
+	dir := filepath.Join(testenv.RepoRoot(t), "testdata", "trained", "qwen3")
+	cal, _ := heldoutSplit(t, 2, 128, 0, 0)
+	defer func(v int) { sensitivityFullVocab = v }(sensitivityFullVocab)
+	sensitivityFullVocab = 1000
+	run := func(half bool) map[string]TensorSensitivity {
+		defer func(v bool) { sensitivityHalfHead = v }(sensitivityHalfHead)
+		sensitivityHalfHead = half
+		res := calibrate(t, dir, Options{Sequences: cal, Threads: 2, NoBaseline: true, NoSensitivity: true, NoHessians: true, SensitivityTokens: 256})
+		s, err := LoadSensitivity(res.SensitivityPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.TopK != sensitivityTopK {
+			t.Fatalf("top_k %d", s.TopK)
+		}
+		m := map[string]TensorSensitivity{}
+		for _, ts := range s.Tensors {
+			m[ts.Name] = ts
+		}
+		return m
+	}
+	a, b := run(true), run(false)
+	if _, ok := a["output.weight"]; !ok || len(a) != len(b) {
+		t.Fatalf("%d and %d tensors, output.weight measured: %v", len(a), len(b), ok)
+	}
+	for name, x := range a {
+		if y := b[name]; x != y {
+			t.Errorf("%s: 16-bit head %+v, float32 head %+v", name, x, y)
+		}
+	}
+}
