@@ -198,20 +198,11 @@ type sensProbe struct {
 	x        [][]float32
 	klSum    float64
 	embdRows map[int32][]float32 // token_embd probe: the round-tripped rows
-	head     []float32           // the round-tripped head (output.weight's probe; token_embd's when tied)
-	// headQ holds the round-tripped head in its container instead, with large vocabularies
-	// (top-k KL: only the scored rows are dequantized, into row)
-	headQ []byte
-	row   []float32
-}
-
-// headRow returns row k of the probe's round-tripped head (headQ's rows of rs bytes
-// dequantized; the same values as the whole tensor's dequantization).
-func (p *sensProbe) headRow(k, rs int) []float32 {
-	if err := quant.Dequantize(p.typ, p.row, p.headQ[k*rs:(k+1)*rs]); err != nil {
-		panic(err) // sizes are ours
-	}
-	return p.row
+	// the round-tripped head (output.weight's probe; token_embd's when tied): float32 when the
+	// vocabulary is scored whole, else headRows, its rows kept in the container and
+	// dequantized where scored (top-k KL)
+	head     *lmHead
+	headRows func(k int) []float32
 }
 
 // sensitivityType is the reference container for a row of cols weights ("" when none).
@@ -338,9 +329,13 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 		statsTokens += int64(len(s.Tokens))
 	}
 	shape := sampleShape{layers: c.NLayer, statsTokens: statsTokens, blockMACs: r.blockMACs(), vocab: V, embd: E}
+	newAt := make([]int, c.NLayer) // the probes each block starts
 	for _, name := range names {
 		if l := Layer(name); l >= 0 {
 			shape.runs = append(shape.runs, c.NLayer-l)
+			if l < c.NLayer {
+				newAt[l]++
+			}
 		} else if name == "token_embd.weight" {
 			shape.runs = append(shape.runs, c.NLayer)
 		} else {
@@ -456,12 +451,6 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 		r.runner.SetBF16Products(false)
 		defer r.runner.SetBF16Products(true)
 	}
-	newAt := make([]int, c.NLayer) // the probes each block starts
-	for _, name := range names {
-		if l := Layer(name); l >= 0 && l < c.NLayer {
-			newAt[l]++
-		}
-	}
 	var hbuf []byte    // a probe's reconstruction rounded to bf16, reused
 	roundedProbes := 0 // probes multiplied with rounded products
 	for il := 0; il < c.NLayer; il++ {
@@ -553,7 +542,6 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 	}
 	// (with top-k KL the round-tripped head stays in its container: Qwen3.6-35B-A3B's would
 	// take 2 GB as float32, 0.29 GB as Q4_K)
-	var headRS int
 	if hasHead && r.probed(hd) || tiedEmbd != nil {
 		p := tiedEmbd
 		var imp *Stats // the tied head is the embedding's round trip, without importance
@@ -565,16 +553,27 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 		}
 		var rel float64
 		if topK > 0 {
-			if headRS, err = quant.RowSize(p.typ, E); err != nil {
+			rs, err := quant.RowSize(p.typ, E)
+			if err != nil {
 				return "", fmt.Errorf("calib: %s: %w", headName, err)
 			}
-			p.headQ, rel, err = r.roundTripRows(hd, head.floats(), p.typ, imp, threads)
-			p.row = make([]float32, E)
+			var q []byte
+			if q, rel, err = r.roundTripRows(hd, head.floats(), p.typ, imp, threads); err != nil {
+				return "", err
+			}
+			row, typ := make([]float32, E), p.typ
+			p.headRows = func(k int) []float32 {
+				if err := quant.Dequantize(typ, row, q[k*rs:(k+1)*rs]); err != nil {
+					panic(err) // sizes are ours
+				}
+				return row
+			}
 		} else {
-			p.head, rel, err = r.roundTrip(hd, head.floats(), p.typ, imp, threads, nil)
-		}
-		if err != nil {
-			return "", err
+			var deq []float32
+			if deq, rel, err = r.roundTrip(hd, head.floats(), p.typ, imp, threads, nil); err != nil {
+				return "", err
+			}
+			p.head = &lmHead{e: E, f32: deq}
 		}
 		if p != tiedEmbd {
 			p.relErr = rel
@@ -664,14 +663,14 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 				}
 				w := head
 				if p.head != nil {
-					w = &lmHead{e: E, f32: p.head}
+					w = p.head
 				}
 				infer.RMSNorm(pn, x, norm, eps)
 				var kl float64
 				if topK > 0 {
 					row := cleanRow
-					if p.headQ != nil {
-						row = func(k int) []float32 { return p.headRow(k, headRS) }
+					if p.headRows != nil {
+						row = p.headRows
 					}
 					kl = topKKL(ref, refLogits, lseRef, idx, tail, pin, row, pn, lk)
 				} else {
