@@ -12,6 +12,7 @@ import (
 	"github.com/tq-project/tq/infer"
 	"github.com/tq-project/tq/internal/fixtures"
 	"github.com/tq-project/tq/internal/modelsrc"
+	"github.com/tq-project/tq/quant/kernels"
 )
 
 // genModel writes a fixture model and returns its folder.
@@ -68,7 +69,7 @@ func loadSource(t testing.TB, dir string, keepBF16 bool) *metaSource {
 		}
 		ms.tensors[d.Name] = &infer.Tensor{Name: d.Name, Type: gguf.TypeF32, Dims: d.Shape, Data: f32Bytes(buf)}
 		if keepBF16 && Layer(d.Name) >= 0 && halfType(d) == gguf.TypeBF16 {
-			ms.tensors[d.Name] = &infer.Tensor{Name: d.Name, Type: gguf.TypeBF16, Dims: d.Shape, Data: roundedProbe(nil, buf)}
+			ms.tensors[d.Name] = probeTensor(d, buf, gguf.TypeBF16, true)
 		}
 	}
 	return ms
@@ -212,7 +213,9 @@ func loadF32(t testing.TB, src infer.Source, ctx int) *infer.Model {
 func withTensor16(ms *metaSource, name string, v []float32) *metaSource {
 	out := withTensor(ms, name, v)
 	t := out.tensors[name]
-	t.Type, t.Data = gguf.TypeBF16, roundedProbe(nil, v)
+	b := make([]byte, 2*len(v))
+	kernels.RoundBF16Slice(b, v)
+	t.Type, t.Data = gguf.TypeBF16, b
 	return out
 }
 

@@ -1,6 +1,7 @@
 package calib
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -11,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tq-project/tq/gguf"
@@ -24,25 +26,33 @@ import (
 
 // Measured sensitivity (sensitivity.json).
 //
-// For every quantizable weight tensor, the pass measures what quantizing that tensor alone
-// does to the model's output: the tensor is encoded in a 4.5-bit reference container (Q4_K
-// for rows of a multiple of 256, Q4_0 for a multiple of 32) with its importance, every other
-// weight stays at full precision, and the mean KL divergence of the next-token distribution
-// from the full-precision model's is measured over a sample of the calibration tokens. A
-// budget (tq convert --target-bpw / --max-size with --calibration) turns each tensor's
-// predicted weight error into predicted KL with that measurement, so it knows which tensors
-// matter: in the Qwen3.5 hybrid the linear-attention projections cost 100× more KL per weight
-// than the full-attention ones, which a weight-error proxy alone cannot see.
+// For every quantizable weight tensor, the pass measures what quantizing that tensor does to
+// the model's output: the tensor is encoded in a 4.5-bit reference container (Q4_K for rows of
+// a multiple of 256, Q4_0 for a multiple of 32) with its importance, its weights are moved
+// part of the way to that reconstruction (sensitivityStep), and the mean KL divergence of the
+// next-token distribution from the full-precision model's is measured over a sample of the
+// calibration tokens. A budget (tq convert --target-bpw / --max-size with --calibration)
+// turns each tensor's predicted weight error into predicted KL with that measurement, so it
+// knows which tensors matter: in the Qwen3.5 hybrid the linear-attention projections cost
+// 100× more KL per weight than the full-attention ones, which a weight-error proxy alone
+// cannot see.
 //
-// The pass streams block by block like the statistics pass: a clean residual stream plus one
-// perturbed stream per tensor already probed (each started at its tensor's block), so its
-// memory is (probes + 1) × sample tokens × n_embd floats. The LM head scores each probe over
-// the whole vocabulary when it is small, else over the reference's most probable tokens plus
-// a sample of the rest (topKKL), so its work per token is vocabulary × n_embd for the
-// reference plus probes × min(vocabulary, 512) × n_embd. Both are bounded: the sample shrinks
-// to fit twice the statistics pass's block work, a head bound (sensitivitySample) and a
-// quarter of the memory budget, and the pass is skipped
-// (with a warning) when fewer than MinSensitivityTokens tokens would remain.
+// The pass streams block by block like the statistics pass. A clean residual stream goes
+// through every block; the embedding's probe has a stream from the input, and every block has
+// one stream from its own block on, with all of that block's probed tensors changed at once.
+// That block's KL is shared among its tensors in proportion to the squared change each of them
+// alone makes to the block's output (one run of the block per tensor, from the clean input).
+// Until 2026-12-04 every tensor had a stream of its own to the end, about 3.5·n_layer² block
+// runs per token for seven tensors a block against n_layer²/2 + 7·n_layer now; the budgets
+// measured as well or better with the shared streams (docs/calibration.md). Memory: (streams
+// + 2) × sample tokens × n_embd floats besides the blocks. The LM head scores each stream
+// over the whole vocabulary when it is small, else over the reference's most probable tokens
+// plus a sample of the rest (topKKL), so its work per token is vocabulary × n_embd for the
+// reference plus streams × min(vocabulary, 512) × n_embd. Both are bounded: the sample
+// shrinks to fit sensitivityWorkRatio of the statistics pass's block work (but not below
+// MinSensitivityTokens), a head bound (sensitivitySample) and a quarter of the memory budget,
+// and the pass is skipped (with a warning) when fewer than MinSensitivityTokens tokens would
+// remain within the last two.
 
 // sensitivityMode is the encoder of the probes: ggml's own algorithm with the importance
 // (quant.ModeReference). The pass measures how much each tensor's output KL grows per unit of
@@ -63,9 +73,27 @@ const DefaultSensitivityTokens = 2048
 // MinSensitivityTokens is the smallest sample worth measuring: below it the pass is skipped.
 const MinSensitivityTokens = 128
 
+// sensitivityStep is how far each probe moves its weights towards their reconstruction in
+// the reference container: half way, and the KL measured is divided by its square. For small
+// changes KL is quadratic in the change (the Fisher information), and the changes of
+// different tensors add, which is what a budget's sum over tensors assumes; at the whole
+// container error the routing of a MoE block flips, so that on the trained qwen3moe the first
+// block with all its tensors in Q4_K cost 4× the sum of its tensors each alone, while half way
+// the two agree (docs/calibration.md, "Measured sensitivity").
+const sensitivityStep = 0.5
+
+// partWay moves y (a reconstruction of x) to x + sensitivityStep·(y − x).
+func partWay(y, x []float32) {
+	for k, v := range x {
+		y[k] = v + sensitivityStep*(y[k]-v)
+	}
+}
+
 // sensitivityWorkRatio bounds the default sample: the pass's block work at most this many
-// times the statistics pass's (an explicit SensitivityTokens is not bounded by it).
-const sensitivityWorkRatio = 2
+// times the statistics pass's, but at least MinSensitivityTokens tokens (an explicit
+// SensitivityTokens is not bounded by it). A quarter: on the trained models 148-178 tokens
+// gave budgets as good as 1,191-1,424 (docs/calibration.md).
+const sensitivityWorkRatio = 0.25
 
 // Vocabularies up to sensitivityFullVocab tokens are scored whole; larger ones over the
 // reference's sensitivityTopK most probable tokens of each position (topKKL).
@@ -124,6 +152,11 @@ type TensorSensitivity struct {
 	// RelError is the tensor's importance-weighted relative squared error in that container,
 	// Σ w·(x−x̂)² / Σ w·x² over all its weights.
 	RelError float64 `json:"rel_error"`
+	// BlockKL and Share, for a block's tensor: KL is Share of BlockKL, the mean KL with every
+	// probed tensor of the block in its container at once; Share is the tensor's part of the
+	// squared change the block's tensors, each alone, made to the block's output.
+	BlockKL float64 `json:"block_kl,omitempty"`
+	Share   float64 `json:"share,omitempty"`
 }
 
 // LoadSensitivity reads and validates a sensitivity.json.
@@ -160,10 +193,13 @@ func ParseSensitivity(b []byte, name string) (*Sensitivity, error) {
 		if tr, _ := typ.Traits(); !tr.Quantized {
 			return nil, fmt.Errorf("%s: tensors[%d] (%s): type %s is not a quantized type", name, i, t.Name, t.Type)
 		}
-		for _, v := range []float64{t.KL, t.RelError} {
+		for _, v := range []float64{t.KL, t.RelError, t.BlockKL, t.Share} {
 			if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-				return nil, fmt.Errorf("%s: tensors[%d] (%s): kl and rel_error must be finite and non-negative", name, i, t.Name)
+				return nil, fmt.Errorf("%s: tensors[%d] (%s): kl, rel_error, block_kl and share must be finite and non-negative", name, i, t.Name)
 			}
+		}
+		if t.Share > 1 {
+			return nil, fmt.Errorf("%s: tensors[%d] (%s): share %g above 1", name, i, t.Name, t.Share)
 		}
 	}
 	return &s, nil
@@ -203,6 +239,19 @@ type sensProbe struct {
 	// dequantized where scored (top-k KL)
 	head     *lmHead
 	headRows func(k int) []float32
+	// a block's stream: every probed tensor of the block round-tripped at once; its KL is
+	// shared among them in proportion to local (blockMember)
+	members []blockMember
+}
+
+// blockMember is one probed tensor of a block's stream: its container, its weighted relative
+// error and local, the squared change it alone makes to the block's output (summed over the
+// sample's positions).
+type blockMember struct {
+	name   string
+	typ    gguf.GGMLType
+	relErr float64
+	local  float64
 }
 
 // sensitivityType is the reference container for a row of cols weights ("" when none).
@@ -230,9 +279,12 @@ func (r *run) probed(d modelsrc.TensorDesc) bool {
 // sampleShape is what the pass's work per token depends on.
 type sampleShape struct {
 	layers int
-	// runs holds, per probe, the blocks its stream runs: n_layer − its layer, n_layer for the
-	// embedding, 0 for the LM head.
-	runs        []int
+	// runs holds, per stream, the blocks it runs: n_layer − its layer for a block's stream,
+	// n_layer for the embedding's probe, 0 for the LM head's.
+	runs []int
+	// local is the single-block passes per token: one per probed tensor of a block (its own
+	// output error).
+	local       int
 	statsTokens int64   // the statistics pass's tokens
 	blockMACs   float64 // multiply-adds per token of all blocks' weights (routed experts at their active share)
 	vocab, embd int
@@ -250,14 +302,14 @@ func sensitivitySample(s sampleShape, tokens int, macs float64) (int, int) {
 	if want == 0 {
 		want = DefaultSensitivityTokens
 	}
-	perTokBlocks := s.layers
+	perTokBlocks := s.layers + s.local
 	for _, r := range s.runs {
 		perTokBlocks += r
 	}
 	if tokens == 0 {
-		want = min(want, int(sensitivityWorkRatio*float64(s.statsTokens)*float64(s.layers)/float64(max(perTokBlocks, 1))))
+		want = min(want, max(MinSensitivityTokens, int(sensitivityWorkRatio*float64(s.statsTokens)*float64(s.layers)/float64(max(perTokBlocks, 1)))))
 	}
-	// the head's work per token: the reference over the vocabulary, each probe over the
+	// the head's work per token: the reference over the vocabulary, each stream over the
 	// vocabulary or (large vocabularies) over the reference's top sensitivityTopK tokens and
 	// a tail sample
 	P := len(s.runs)
@@ -329,19 +381,21 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 		statsTokens += int64(len(s.Tokens))
 	}
 	shape := sampleShape{layers: c.NLayer, statsTokens: statsTokens, blockMACs: r.blockMACs(), vocab: V, embd: E}
-	newAt := make([]int, c.NLayer) // the probes each block starts
+	newAt := make([]int, c.NLayer) // the probes of each block
 	for _, name := range names {
-		if l := Layer(name); l >= 0 {
-			shape.runs = append(shape.runs, c.NLayer-l)
-			if l < c.NLayer {
-				newAt[l]++
+		if l := Layer(name); l >= 0 && l < c.NLayer {
+			if newAt[l] == 0 {
+				shape.runs = append(shape.runs, c.NLayer-l) // the block's stream
 			}
+			newAt[l]++
+			shape.local++
 		} else if name == "token_embd.weight" {
 			shape.runs = append(shape.runs, c.NLayer)
 		} else {
 			shape.runs = append(shape.runs, 0)
 		}
 	}
+	streams := len(shape.runs)
 	want, topK := sensitivitySample(shape, o.SensitivityTokens, o.SensitivityMACs)
 	// Every stream must multiply the probed tensor as the clean stream multiplies it, or the
 	// difference between two arithmetics would count as the probe's damage. With rounded bf16
@@ -374,22 +428,29 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 			}
 			headBytes += rt
 		}
-		// and the round trip of the largest tensor beside its block (with its bf16 copy when
-		// rounded)
+		// and, beside the clean block, the block's round-tripped tensors (probeTensor's types)
+		// and the float32 round trip of its largest tensor
 		var largest int64
+		blockProbes := make([]int64, c.NLayer)
 		for _, name := range names {
-			largest = max(largest, elements(r.descs[name].Shape)*4)
+			d := r.descs[name]
+			largest = max(largest, elements(d.Shape)*4)
+			if l := Layer(name); l >= 0 && l < c.NLayer {
+				blockProbes[l] += elements(d.Shape) * probeBytes(probeType(halfType(d), rounded))
+			}
 		}
-		if rounded {
-			largest += largest / 2
+		var most int64
+		for _, b := range blockProbes {
+			most = max(most, b)
 		}
-		left := o.MemoryBudget/4 - headBytes - largest
+		left := o.MemoryBudget/4 - headBytes - largest - most
 		if left <= 0 {
-			r.warn("sensitivity pass skipped: the LM head (%s) and the largest tensor's round trip (%s) do not fit a quarter of the memory budget; budgets use the weight-error proxy",
-				fmtBytes(headBytes), fmtBytes(largest))
+			r.warn("sensitivity pass skipped: the LM head (%s) and a block's round-tripped tensors (%s) do not fit a quarter of the memory budget; budgets use the weight-error proxy",
+				fmtBytes(headBytes), fmtBytes(largest+most))
 			return "", nil
 		}
-		want = min(want, int(left/(int64(P+1)*int64(E)*4)))
+		// the streams, the clean one and one buffer for the single-tensor passes
+		want = min(want, int(left/(int64(streams+2)*int64(E)*4)))
 	}
 	if want < MinSensitivityTokens {
 		r.warn("sensitivity pass skipped: %d tensors × vocabulary %d × n_embd %d leave fewer than %d tokens within the work and memory bounds; budgets use the weight-error proxy",
@@ -451,8 +512,8 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 		r.runner.SetBF16Products(false)
 		defer r.runner.SetBF16Products(true)
 	}
-	var hbuf []byte    // a probe's reconstruction rounded to bf16, reused
-	roundedProbes := 0 // probes multiplied with rounded products
+	var one [][]float32 // the streams of one tensor's single-block pass, reused
+	roundedProbes := 0  // probes multiplied with rounded products
 	for il := 0; il < c.NLayer; il++ {
 		if err := r.ctx.Err(); err != nil {
 			return "", err
@@ -463,6 +524,9 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 		var bt Progress
 		bt.Stage, bt.Layer = "sensitivity", il
 		bt.TotalTokens = int64(len(probes)+1+newAt[il]) * int64(tokens)
+		if newAt[il] > 0 {
+			bt.TotalTokens += int64(tokens) // the block's stream
+		}
 		r.progress(bt)
 		step := func() {
 			bt.Tokens += int64(tokens)
@@ -491,14 +555,17 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 			return "", err
 		}
 		step()
-		// one new probe per quantizable tensor of this block
+		// this block's probes: each tensor alone round-tripped, for the change it makes to the
+		// block's output, then all of them at once: the block's stream
+		var blk *sensProbe
+		probed := make(map[string]*infer.Tensor, len(lw.tensors))
 		for _, d := range lw.descs {
 			if !r.probed(d) {
 				continue
 			}
 			typ, _ := sensitivityType(d.Shape[0])
-			// the previous probe's reconstruction is no longer read: its forward is done and
-			// the block is loaded again below, so its buffer takes this one
+			// the previous tensor's float32 reconstruction is no longer read (its probe
+			// keeps its own copy in probeTensor's type), so its buffer takes this one
 			deq, rel, err := r.roundTrip(d, func(off, n int) []float32 {
 				wbuf = lw.floats(d.Name, off, n, wbuf)
 				return wbuf
@@ -507,30 +574,44 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 				return "", err
 			}
 			dbuf = deq
-			ts := make(map[string]*infer.Tensor, len(lw.tensors))
-			for k, v := range lw.tensors {
-				ts[k] = v
-			}
-			pt := &infer.Tensor{Name: d.Name, Type: gguf.TypeF32, Dims: append([]int64(nil), d.Shape...), Data: f32Bytes(deq)}
-			if rounded && lw.tensors[d.Name].Type == gguf.TypeBF16 {
-				hbuf = roundedProbe(hbuf, deq)
-				pt.Type, pt.Data = gguf.TypeBF16, hbuf
+			pt := probeTensor(d, deq, lw.tensors[d.Name].Type, rounded)
+			if rounded && pt.Type == gguf.TypeBF16 {
 				roundedProbes++
 			}
-			ts[d.Name] = pt
-			if err := r.runner.LoadBlock(il, &metaSource{md: r.md, tensors: ts}); err != nil {
+			probed[d.Name] = pt
+			if err := r.runner.LoadBlock(il, &metaSource{md: r.md, tensors: withTensors(lw.tensors, map[string]*infer.Tensor{d.Name: pt})}); err != nil {
 				return "", fmt.Errorf("calib: %w", err)
 			}
-			p := &sensProbe{name: d.Name, typ: typ, relErr: rel, x: make([][]float32, S)}
-			for i := range cleanIn {
-				p.x[i] = append([]float32(nil), cleanIn[i]...)
+			if one == nil {
+				one = make([][]float32, S)
 			}
-			if err := r.forwardAll(p.x, seqs); err != nil {
+			for i := range cleanIn {
+				one[i] = append(one[i][:0], cleanIn[i]...)
+			}
+			if err := r.forwardAll(one, seqs); err != nil {
 				return "", err
 			}
 			step()
-			probes = append(probes, p)
+			if blk == nil {
+				blk = &sensProbe{name: fmt.Sprintf("blk.%d", il)}
+			}
+			blk.members = append(blk.members, blockMember{name: d.Name, typ: typ, relErr: rel, local: sqDist(one, clean)})
 		}
+		if blk != nil {
+			if err := r.runner.LoadBlock(il, &metaSource{md: r.md, tensors: withTensors(lw.tensors, probed)}); err != nil {
+				return "", fmt.Errorf("calib: %w", err)
+			}
+			blk.x = make([][]float32, S)
+			for i := range cleanIn {
+				blk.x[i] = append([]float32(nil), cleanIn[i]...)
+			}
+			if err := r.forwardAll(blk.x, seqs); err != nil {
+				return "", err
+			}
+			step()
+			probes = append(probes, blk)
+		}
+		probed = nil
 		r.runner.Release()
 		lw = nil
 		runtime.GC()
@@ -561,11 +642,12 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 			if q, rel, err = r.roundTripRows(hd, head.floats(), p.typ, imp, threads); err != nil {
 				return "", err
 			}
-			row, typ := make([]float32, E), p.typ
+			row, orig, typ := make([]float32, E), make([]float32, E), p.typ
 			p.headRows = func(k int) []float32 {
 				if err := quant.Dequantize(typ, row, q[k*rs:(k+1)*rs]); err != nil {
 					panic(err) // sizes are ours
 				}
+				partWay(row, head.row(k, orig))
 				return row
 			}
 		} else {
@@ -694,13 +776,20 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 		}
 	}
 	out := &Sensitivity{Format: SensitivityFormat, Tokens: tokens, Sequences: S, TopK: topK,
-		Metric:     "mean KL(full precision ‖ this tensor alone in the reference container) per scored calibration token, nats",
+		Metric:     "mean KL(full precision ‖ weights moved half way to the reference container) / 0.25 per scored calibration token, nats; a block's tensors changed together, their KL shared by each one's squared change of the block's output",
 		Arithmetic: "float32 products", Seconds: time.Since(t0).Seconds()}
 	if roundedProbes > 0 {
 		out.Arithmetic = "bf16 matrices (probes rounded to bf16) times activations rounded to bf16, float32 sums"
 	}
 	for _, p := range probes {
-		out.Tensors = append(out.Tensors, TensorSensitivity{Name: p.name, Type: strings.ToLower(p.typ.String()), KL: p.klSum / float64(tokens), RelError: p.relErr})
+		kl := p.klSum / float64(tokens) / (sensitivityStep * sensitivityStep)
+		if p.members == nil {
+			out.Tensors = append(out.Tensors, TensorSensitivity{Name: p.name, Type: strings.ToLower(p.typ.String()), KL: kl, RelError: p.relErr})
+			continue
+		}
+		for _, m := range shareBlockKL(kl, p.members) {
+			out.Tensors = append(out.Tensors, m)
+		}
 	}
 	sort.Slice(out.Tensors, func(a, b int) bool { return out.Tensors[a].Name < out.Tensors[b].Name })
 	path := filepath.Join(o.OutDir, SensitivityFile)
@@ -710,15 +799,87 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 	return path, nil
 }
 
-// roundedProbe returns deq rounded to bf16 (ties to even), little-endian, in buf (grown when
-// short).
-func roundedProbe(buf []byte, deq []float32) []byte {
-	if cap(buf) < 2*len(deq) {
-		buf = make([]byte, 2*len(deq))
+// probeType is the type a round-tripped block tensor is multiplied in, so that it takes the
+// products the clean block's tensor takes: BF16 for a BF16 tensor (with rounded products, the
+// rounded activations; else widened exactly), F16 for an F16 one without rounded products,
+// float32 otherwise (an F16 tensor beside rounded products is widened exactly, as float32 is
+// multiplied). Rounding the reconstruction to 16 bits moves it by at most 2⁻⁹ of each value,
+// against the reference container's error of several percent.
+func probeType(clean gguf.GGMLType, rounded bool) gguf.GGMLType {
+	switch {
+	case clean == gguf.TypeBF16:
+		return gguf.TypeBF16
+	case clean == gguf.TypeF16 && !rounded:
+		return gguf.TypeF16
 	}
-	buf = buf[:2*len(deq)]
-	kernels.RoundBF16Slice(buf, deq)
-	return buf
+	return gguf.TypeF32
+}
+
+// probeBytes is the bytes per value of typ (probeType's types).
+func probeBytes(typ gguf.GGMLType) int64 {
+	if typ == gguf.TypeF32 {
+		return 4
+	}
+	return 2
+}
+
+// probeTensor is tensor d's reconstruction deq in probeType (its own copy).
+func probeTensor(d modelsrc.TensorDesc, deq []float32, clean gguf.GGMLType, rounded bool) *infer.Tensor {
+	t := &infer.Tensor{Name: d.Name, Type: probeType(clean, rounded), Dims: append([]int64(nil), d.Shape...)}
+	switch t.Type {
+	case gguf.TypeBF16:
+		t.Data = make([]byte, 2*len(deq))
+		kernels.RoundBF16Slice(t.Data, deq)
+	case gguf.TypeF16:
+		t.Data = make([]byte, 2*len(deq))
+		kernels.NarrowF16(t.Data, deq)
+	default:
+		t.Data = append([]byte(nil), f32Bytes(deq)...)
+	}
+	return t
+}
+
+// withTensors is base with the tensors of over in place of its own.
+func withTensors(base, over map[string]*infer.Tensor) map[string]*infer.Tensor {
+	ts := make(map[string]*infer.Tensor, len(base))
+	for k, v := range base {
+		ts[k] = v
+	}
+	for k, v := range over {
+		ts[k] = v
+	}
+	return ts
+}
+
+// sqDist is Σ (a−b)² over every value of the streams a and b.
+func sqDist(a, b [][]float32) float64 {
+	var s float64
+	for i := range a {
+		for k, v := range a[i] {
+			d := float64(v) - float64(b[i][k])
+			s += d * d
+		}
+	}
+	return s
+}
+
+// shareBlockKL shares a block stream's KL among its tensors in proportion to the squared
+// change each alone made to the block's output (equally when none made any).
+func shareBlockKL(kl float64, ms []blockMember) []TensorSensitivity {
+	var total float64
+	for _, m := range ms {
+		total += m.local
+	}
+	out := make([]TensorSensitivity, len(ms))
+	for i, m := range ms {
+		share := 1 / float64(len(ms))
+		if total > 0 {
+			share = m.local / total
+		}
+		out[i] = TensorSensitivity{Name: m.name, Type: strings.ToLower(m.typ.String()), KL: kl * share, RelError: m.relErr,
+			BlockKL: kl, Share: share}
+	}
+	return out
 }
 
 // removeStale removes an earlier run's output file (a regular file only) so that nothing reads
@@ -756,9 +917,10 @@ func (r *run) embedProbe(d modelsrc.TensorDesc, seqs []Sequence, all *Stats, thr
 				if buf, err = quantizeRows(typ, sensitivityMode, row, 1, E, nil, 1, d.Name, buf, deq); err != nil {
 					return nil, err
 				}
+				addWeightedErr(&num, &den, row, deq, nil, E)
+				partWay(deq, row)
 				q = append([]float32(nil), deq...)
 				p.embdRows[tok] = q
-				addWeightedErr(&num, &den, row, q, nil, E)
 			}
 			copy(p.x[i][j*E:], q)
 		}
@@ -768,8 +930,10 @@ func (r *run) embedProbe(d modelsrc.TensorDesc, seqs []Sequence, all *Stats, thr
 }
 
 // roundTrip encodes tensor d (floats(off, n) returns its elements [off, off+n) as float32, all
-// its matrices) in typ with each matrix's importance and returns the reconstruction (in deq
-// when it is long enough) and the importance-weighted relative squared error.
+// its matrices) in typ with each matrix's importance and returns the probe's weights (in deq
+// when it is long enough: the original moved sensitivityStep of the way to the
+// reconstruction, partWay) and the reconstruction's importance-weighted relative squared
+// error.
 func (r *run) roundTrip(d modelsrc.TensorDesc, floats func(off, n int) []float32, typ gguf.GGMLType, all *Stats, threads int, deq []float32) ([]float32, float64, error) {
 	cols := int(d.Shape[0])
 	rows := int(d.Shape[1])
@@ -781,19 +945,95 @@ func (r *run) roundTrip(d modelsrc.TensorDesc, floats func(off, n int) []float32
 		deq = make([]float32, nm*rows*cols)
 	}
 	deq = deq[:nm*rows*cols]
-	var buf []byte
+	rs, err := quant.RowSize(typ, cols)
+	if err != nil {
+		return nil, 0, fmt.Errorf("calib: tensor %s: %w", d.Name, err)
+	}
+	buf := make([]byte, rows*rs)
 	var num, den float64
 	for e := 0; e < nm; e++ {
 		imp := matrixImportance(all, d.Name, e, cols)
 		x := floats(e*rows*cols, rows*cols)
 		y := deq[e*rows*cols : (e+1)*rows*cols]
-		var err error
-		if buf, err = quantizeRows(typ, sensitivityMode, x, rows, cols, imp, threads, d.Name, buf, y); err != nil {
+		opts := &quant.Options{Importance: imp, Mode: sensitivityMode, Threads: threads, TensorName: d.Name}
+		if err := quant.Quantize(typ, buf, x, rows, cols, opts); err != nil {
 			return nil, 0, err
 		}
-		addWeightedErr(&num, &den, x, y, imp, cols)
+		n, dd, err := probeRows(typ, buf, rs, x, y, imp, rows, cols, threads)
+		if err != nil {
+			return nil, 0, fmt.Errorf("calib: tensor %s: %w", d.Name, err)
+		}
+		num, den = num+n, den+dd
 	}
 	return deq, relOf(num, den), nil
+}
+
+// probeRowChunk is the rows probeRows gives a worker at a time; the error sums are added per
+// chunk in chunk order, so they do not depend on the number of threads.
+const probeRowChunk = 64
+
+// probeRows finishes a matrix's round trip on threads workers: it dequantizes the encoded rows
+// q (rs bytes each) of x into y, returns the importance-weighted squared error Σ w·(x−y)² and
+// signal Σ w·x², and moves y part way (partWay).
+func probeRows(typ gguf.GGMLType, q []byte, rs int, x, y, imp []float32, rows, cols, threads int) (float64, float64, error) {
+	nch := (rows + probeRowChunk - 1) / probeRowChunk
+	nums, dens := make([]float64, nch), make([]float64, nch)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	for w := 0; w < max(1, min(threads, nch)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				c := int(next.Add(1) - 1)
+				if c >= nch {
+					return
+				}
+				r0, r1 := c*probeRowChunk, min(rows, (c+1)*probeRowChunk)
+				xs, ys := x[r0*cols:r1*cols], y[r0*cols:r1*cols]
+				if err := quant.Dequantize(typ, ys, q[r0*rs:r1*rs]); err != nil {
+					mu.Lock()
+					firstErr = cmp.Or(firstErr, err)
+					mu.Unlock()
+					return
+				}
+				for r := 0; r < r1-r0; r++ {
+					nums[c], dens[c] = weightedErrRow(nums[c], dens[c], xs[r*cols:(r+1)*cols], ys[r*cols:(r+1)*cols], imp)
+				}
+				partWay(ys, xs)
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return 0, 0, firstErr
+	}
+	var num, den float64
+	for c := range nums {
+		num, den = num+nums[c], den+dens[c]
+	}
+	return num, den, nil
+}
+
+// weightedErrRow adds Σ w·(x−y)² and Σ w·x² of one row (w: imp, or 1 without) to num and den.
+func weightedErrRow(num, den float64, x, y, imp []float32) (float64, float64) {
+	if imp == nil {
+		for k, v := range x {
+			e := float64(v) - float64(y[k])
+			num += e * e
+			den += float64(v) * float64(v)
+		}
+		return num, den
+	}
+	for k, v := range x {
+		w := float64(imp[k])
+		e := float64(v) - float64(y[k])
+		num += w * e * e
+		den += w * float64(v) * float64(v)
+	}
+	return num, den
 }
 
 // matrixImportance is matrix e's importance in all (nil when unknown or of another width).
@@ -812,17 +1052,11 @@ func matrixImportance(all *Stats, name string, e, cols int) []float32 {
 	return imp
 }
 
-// addWeightedErr adds Σ w·(x−y)² to num and Σ w·x² to den, w the importance of each
-// element's column (1 without).
+// addWeightedErr adds Σ w·(x−y)² to num and Σ w·x² to den over the rows of cols values of
+// x and y, w the importance of each element's column (1 without; weightedErrRow).
 func addWeightedErr(num, den *float64, x, y, imp []float32, cols int) {
-	for k := range x {
-		w := 1.0
-		if imp != nil {
-			w = float64(imp[k%cols])
-		}
-		e := float64(x[k]) - float64(y[k])
-		*num += w * e * e
-		*den += w * float64(x[k]) * float64(x[k])
+	for r := 0; r+cols <= len(x); r += cols {
+		*num, *den = weightedErrRow(*num, *den, x[r:r+cols], y[r:r+cols], imp)
 	}
 }
 

@@ -59,10 +59,12 @@ Outputs in the output directory (default: MODEL_DIR, where tq convert --use-turb
                              quantization), one per routed expert for MoE models while the
                              whole model's stay under --expert-hessian-limit; --no-hessians
                              skips them
-  sensitivity.json           per tensor, the KL divergence the model's output suffers when that
-                             tensor alone is quantized to 4.5 bits, measured on a sample of the
-                             calibration tokens (--sensitivity-tokens); budgets (tq convert
-                             --target-bpw --calibration) spend bits where it is large
+  sensitivity.json           per tensor, the KL divergence the model's output suffers per unit of
+                             its weight error at 4.5 bits, measured on a sample of the calibration
+                             tokens (--sensitivity-tokens): each block with all its tensors
+                             quantized, shared among them by their effect on the block's output;
+                             budgets (tq convert --target-bpw --calibration) spend bits where it
+                             is large
 
 Calibration set (default: the built-in 32 prompts: tool calls, long documents, math), rendered
 through the model's own chat template with special tokens parsed as special and padded to
@@ -110,7 +112,7 @@ exact (the statistics themselves are always taken in f32).`,
 	fl.BoolVar(&f.noHessians, "no-hessians", false, "do not collect the input Gram matrices (same as --hessians=false)")
 	fl.IntVar(&f.hessianMaxCols, "hessian-max-cols", calib.DefaultHessianMaxCols, "inputs wider than this keep only their diagonal in hessians/")
 	fl.StringVar(&f.expertHessianLimit, "expert-hessian-limit", "4GiB", "MoE: most bytes (float32, before compression) of per-expert Gram matrices in hessians/ for the whole model; over it (or 0) experts keep diagonals")
-	fl.IntVar(&f.sensTokens, "sensitivity-tokens", calib.DefaultSensitivityTokens, "calibration tokens scored by the measured-sensitivity pass, which size budgets (tq convert --target-bpw/--max-size) use (0 = off, for presets and plain --use-turboquant, which do not; by default fewer when the pass would take more than twice the statistics pass)")
+	fl.IntVar(&f.sensTokens, "sensitivity-tokens", calib.DefaultSensitivityTokens, "calibration tokens scored by the measured-sensitivity pass, which size budgets (tq convert --target-bpw/--max-size) use (0 = off, for presets and plain --use-turboquant, which do not; by default fewer when the pass would take more than a quarter of the statistics pass, but at least 128)")
 	fl.StringVar(&f.exportIM, "export-imatrix", "", "also write the statistics as a llama.cpp imatrix (.gguf, or .dat for the legacy format)")
 	fl.StringVar(&f.importIM, "import-imatrix", "", "use a llama.cpp imatrix (.gguf or .dat) instead of running the model")
 	fl.BoolVar(&f.restart, "restart", false, "discard any checkpoint and start over (default: resume an unfinished run with the same inputs)")
