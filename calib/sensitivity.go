@@ -428,15 +428,15 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 			}
 			headBytes += rt
 		}
-		// and, beside the clean block, the block's round-tripped tensors (probeTensor's types)
-		// and the float32 round trip of its largest tensor
+		// and, beside the clean block, the block's probes (probeType)
+		// and one matrix in float32 twice (widened, and its probe weights; blockProbe)
 		var largest int64
 		blockProbes := make([]int64, c.NLayer)
 		for _, name := range names {
 			d := r.descs[name]
-			largest = max(largest, elements(d.Shape)*4)
 			if l := Layer(name); l >= 0 && l < c.NLayer {
 				blockProbes[l] += elements(d.Shape) * probeBytes(probeType(halfType(d), rounded))
+				largest = max(largest, 2*4*d.Shape[0]*d.Shape[1])
 			}
 		}
 		var most int64
@@ -500,7 +500,7 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 		}
 	}
 	var wbuf []float32 // one matrix widened from a 16-bit block tensor, reused
-	var dbuf []float32 // the probed tensor's reconstruction, reused
+	var mbuf []float32 // one matrix's probe weights, reused
 	// every probe loads the block again (new matrices): weights packed for the GEMM would be
 	// packed anew each time and left as garbage, so the pass multiplies the 16-bit rows
 	if r.runner.Options().PackWeights {
@@ -564,17 +564,14 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 				continue
 			}
 			typ, _ := sensitivityType(d.Shape[0])
-			// the previous tensor's float32 reconstruction is no longer read (its probe
-			// keeps its own copy in probeTensor's type), so its buffer takes this one
-			deq, rel, err := r.roundTrip(d, func(off, n int) []float32 {
+			pt, rel, mb, err := r.blockProbe(d, func(off, n int) []float32 {
 				wbuf = lw.floats(d.Name, off, n, wbuf)
 				return wbuf
-			}, typ, all, threads, dbuf)
+			}, typ, all, threads, lw.tensors[d.Name].Type, rounded, mbuf)
 			if err != nil {
 				return "", err
 			}
-			dbuf = deq
-			pt := probeTensor(d, deq, lw.tensors[d.Name].Type, rounded)
+			mbuf = mb
 			if rounded && pt.Type == gguf.TypeBF16 {
 				roundedProbes++
 			}
@@ -823,20 +820,25 @@ func probeBytes(typ gguf.GGMLType) int64 {
 	return 2
 }
 
-// probeTensor is tensor d's reconstruction deq in probeType (its own copy).
+// probeTensor is tensor d's probe weights deq in probeType (its own copy).
 func probeTensor(d modelsrc.TensorDesc, deq []float32, clean gguf.GGMLType, rounded bool) *infer.Tensor {
 	t := &infer.Tensor{Name: d.Name, Type: probeType(clean, rounded), Dims: append([]int64(nil), d.Shape...)}
-	switch t.Type {
-	case gguf.TypeBF16:
-		t.Data = make([]byte, 2*len(deq))
-		kernels.RoundBF16Slice(t.Data, deq)
-	case gguf.TypeF16:
-		t.Data = make([]byte, 2*len(deq))
-		kernels.NarrowF16(t.Data, deq)
-	default:
-		t.Data = append([]byte(nil), f32Bytes(deq)...)
-	}
+	t.Data = make([]byte, int(probeBytes(t.Type))*len(deq))
+	encodeProbe(t.Type, t.Data, deq)
 	return t
+}
+
+// encodeProbe writes v into dst in typ (probeType's types): rounded to bf16 (ties to even),
+// narrowed to f16, or as float32.
+func encodeProbe(typ gguf.GGMLType, dst []byte, v []float32) {
+	switch typ {
+	case gguf.TypeBF16:
+		kernels.RoundBF16Slice(dst, v)
+	case gguf.TypeF16:
+		kernels.NarrowF16(dst, v)
+	default:
+		copy(dst, f32Bytes(v))
+	}
 }
 
 // withTensors is base with the tensors of over in place of its own.
@@ -953,19 +955,64 @@ func (r *run) roundTrip(d modelsrc.TensorDesc, floats func(off, n int) []float32
 	var num, den float64
 	for e := 0; e < nm; e++ {
 		imp := matrixImportance(all, d.Name, e, cols)
-		x := floats(e*rows*cols, rows*cols)
-		y := deq[e*rows*cols : (e+1)*rows*cols]
-		opts := &quant.Options{Importance: imp, Mode: sensitivityMode, Threads: threads, TensorName: d.Name}
-		if err := quant.Quantize(typ, buf, x, rows, cols, opts); err != nil {
-			return nil, 0, err
-		}
-		n, dd, err := probeRows(typ, buf, rs, x, y, imp, rows, cols, threads)
+		n, dd, err := roundTripMatrix(d.Name, typ, floats(e*rows*cols, rows*cols), deq[e*rows*cols:(e+1)*rows*cols], imp, rows, cols, threads, buf)
 		if err != nil {
-			return nil, 0, fmt.Errorf("calib: tensor %s: %w", d.Name, err)
+			return nil, 0, err
 		}
 		num, den = num+n, den+dd
 	}
 	return deq, relOf(num, den), nil
+}
+
+// blockProbe is roundTrip for a block tensor: it returns the probe's weights as a tensor of
+// probeType (clean: the block's own type of d), encoding one matrix at a time through the
+// float32 buffer mbuf (grown when short, and returned), so that besides the probe only one
+// matrix is held in float32: for Qwen3.6-35B-A3B's stacked experts 4 MiB instead of 1 GiB.
+func (r *run) blockProbe(d modelsrc.TensorDesc, floats func(off, n int) []float32, typ gguf.GGMLType, all *Stats, threads int,
+	clean gguf.GGMLType, rounded bool, mbuf []float32) (*infer.Tensor, float64, []float32, error) {
+	cols, rows, nm := int(d.Shape[0]), int(d.Shape[1]), 1
+	if len(d.Shape) > 2 {
+		nm = int(d.Shape[2])
+	}
+	if cap(mbuf) < rows*cols {
+		mbuf = make([]float32, rows*cols)
+	}
+	y := mbuf[:rows*cols]
+	rs, err := quant.RowSize(typ, cols)
+	if err != nil {
+		return nil, 0, mbuf, fmt.Errorf("calib: tensor %s: %w", d.Name, err)
+	}
+	buf := make([]byte, rows*rs)
+	pt := &infer.Tensor{Name: d.Name, Type: probeType(clean, rounded), Dims: append([]int64(nil), d.Shape...)}
+	bpv := int(probeBytes(pt.Type))
+	pt.Data = make([]byte, nm*rows*cols*bpv)
+	var num, den float64
+	for e := 0; e < nm; e++ {
+		imp := matrixImportance(all, d.Name, e, cols)
+		n, dd, err := roundTripMatrix(d.Name, typ, floats(e*rows*cols, rows*cols), y, imp, rows, cols, threads, buf)
+		if err != nil {
+			return nil, 0, mbuf, err
+		}
+		num, den = num+n, den+dd
+		encodeProbe(pt.Type, pt.Data[e*rows*cols*bpv:(e+1)*rows*cols*bpv], y)
+	}
+	return pt, relOf(num, den), mbuf, nil
+}
+
+// roundTripMatrix encodes the matrix x (rows × cols) in typ with importance imp (into buf,
+// rows·RowSize bytes), writes the probe's weights into y (partWay) and returns the encoding's
+// importance-weighted squared error and signal (probeRows).
+func roundTripMatrix(name string, typ gguf.GGMLType, x, y, imp []float32, rows, cols, threads int, buf []byte) (float64, float64, error) {
+	opts := &quant.Options{Importance: imp, Mode: sensitivityMode, Threads: threads, TensorName: name}
+	if err := quant.Quantize(typ, buf, x, rows, cols, opts); err != nil {
+		return 0, 0, err
+	}
+	rs := len(buf) / rows
+	num, den, err := probeRows(typ, buf, rs, x, y, imp, rows, cols, threads)
+	if err != nil {
+		return 0, 0, fmt.Errorf("calib: tensor %s: %w", name, err)
+	}
+	return num, den, nil
 }
 
 // probeRowChunk is the rows probeRows gives a worker at a time; the error sums are added per
