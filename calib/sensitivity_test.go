@@ -11,6 +11,7 @@ import (
 	"github.com/tq-project/tq/infer"
 	"github.com/tq-project/tq/internal/fixtures"
 	"github.com/tq-project/tq/internal/modelsrc"
+	"github.com/tq-project/tq/internal/safetensors"
 	"github.com/tq-project/tq/internal/testenv"
 	"github.com/tq-project/tq/quant/kernels"
 )
@@ -567,5 +568,63 @@ func TestSensitivityHalfHead(t *testing.T) {
 		if y := b[name]; x != y {
 			t.Errorf("%s: 16-bit head %+v, float32 head %+v", name, x, y)
 		}
+	}
+}
+
+// TestSensitivityF16Blocks: with an F16 checkpoint a block's probes are multiplied as the
+// clean block's F16 matrices are: kept F16 (narrowed) where the forward widens them exactly,
+// float32 beside rounded bf16 products, which F16 matrices do not take (probeType). A block's
+// stream must give the whole model's KL with that block's probed tensors in that form
+// (generated qwen3 fixture, F16 weights; the 2 % bound of TestSensitivityMatchesWholeModel).
+func TestSensitivityF16Blocks(t *testing.T) {
+	o := fixtures.Preset("qwen3")
+	o.Layers = 2
+	o.DType = safetensors.F16
+	dir := genModel(t, o)
+	seqs := randSeqs(31, 3, vocabOf(t, dir), 64, 64, 64)
+	res := calibrate(t, dir, Options{Sequences: seqs, Threads: 2, NoBaseline: true, NoSensitivity: true, NoHessians: true, SensitivityTokens: 192})
+	sens, err := LoadSensitivity(res.SensitivityPath)
+	if err != nil {
+		t.Fatalf("%v (warnings %q)", err, res.Warnings)
+	}
+	f16 := !bf16Rounded(false) // the pass's probe type for an F16 matrix
+	ms := fullSource(t, dir)
+	q := ms
+	var blockKL float64
+	n := 0
+	for _, ts := range sens.Tensors {
+		if Layer(ts.Name) != 1 {
+			continue
+		}
+		blockKL = ts.BlockKL
+		n++
+		typ, err := gguf.ParseType(ts.Type)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tt := ms.tensors[ts.Name]
+		src := bytesAsF32(tt.Data)
+		cols, rows := int(tt.Dims[0]), int(tt.Dims[1])
+		imp, _ := res.Stats.Importance(ts.Name, 0)
+		deq := make([]float32, len(src))
+		if _, err := quantizeRows(typ, sensitivityMode, src, rows, cols, imp, 0, ts.Name, nil, deq); err != nil {
+			t.Fatal(err)
+		}
+		partWay(deq, src)
+		if f16 {
+			b := make([]byte, 2*len(deq))
+			kernels.NarrowF16(b, deq)
+			kernels.WidenF16(deq, b)
+		}
+		q = withTensor(q, ts.Name, deq)
+	}
+	if n < 7 {
+		t.Fatalf("block 1: %d probed tensors, want 7", n)
+	}
+	load := func(s infer.Source) *infer.Model { return loadF32(t, s, 64) }
+	want := meanKL(t, load(ms), load(q), seqs) / (sensitivityStep * sensitivityStep)
+	t.Logf("block 1 (%d tensors, F16 probes %v): pass %.6g, whole model %.6g (%s)", n, f16, blockKL, want, sens.Arithmetic)
+	if !(want > 0) || math.Abs(blockKL-want) > 0.02*want {
+		t.Errorf("the pass measured block KL %.6g, the whole model gives %.6g", blockKL, want)
 	}
 }
