@@ -229,3 +229,17 @@ func withTensor(ms *metaSource, name string, v []float32) *metaSource {
 	out.tensors[name] = &infer.Tensor{Name: name, Type: gguf.TypeF32, Dims: t.Dims, Data: f32Bytes(v)}
 	return out
 }
+
+// eachMatrix calls f for every matrix e of the nmat matrices (rows × cols) of float32 tensor
+// tt, with its values x and the slice y of out (as long as tt) at the same place.
+func eachMatrix(tt *infer.Tensor, out []float32, f func(e, nmat, rows, cols int, x, y []float32)) {
+	src := bytesAsF32(tt.Data)
+	cols, rows := int(tt.Dims[0]), int(tt.Dims[1])
+	nmat := 1
+	if len(tt.Dims) > 2 {
+		nmat = int(tt.Dims[2])
+	}
+	for e := 0; e < nmat; e++ {
+		f(e, nmat, rows, cols, src[e*rows*cols:(e+1)*rows*cols], out[e*rows*cols:(e+1)*rows*cols])
+	}
+}

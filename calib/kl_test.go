@@ -30,26 +30,19 @@ func quantizedCopy(t testing.TB, ms *metaSource, res *Result, weighted bool, hs 
 		if err != nil {
 			t.Fatal(err)
 		}
-		src := bytesAsF32(tt.Data)
-		cols, rows := int(tt.Dims[0]), int(tt.Dims[1])
-		nmat := 1
-		if len(tt.Dims) > 2 {
-			nmat = int(tt.Dims[2])
-		}
-		deq := make([]float32, len(src))
-		for e := 0; e < nmat; e++ {
+		deq := make([]float32, len(bytesAsF32(tt.Data)))
+		eachMatrix(tt, deq, func(e, nmat, rows, cols int, x, y []float32) {
 			var imp []float32
 			if weighted {
 				imp, _ = res.Stats.Importance(name, e)
 			}
-			x := src[e*rows*cols : (e+1)*rows*cols]
-			if hs != nil && gptqRoundTrip(t, hs, name, e, nmat > 1, typ, x, rows, cols, deq[e*rows*cols:(e+1)*rows*cols]) {
-				continue
+			if hs != nil && gptqRoundTrip(t, hs, name, e, nmat > 1, typ, x, rows, cols, y) {
+				return
 			}
-			if _, err := quantizeRows(typ, quant.ModeImproved, x, rows, cols, imp, 0, name, nil, deq[e*rows*cols:(e+1)*rows*cols]); err != nil {
+			if _, err := quantizeRows(typ, quant.ModeImproved, x, rows, cols, imp, 0, name, nil, y); err != nil {
 				t.Fatal(err)
 			}
-		}
+		})
 		out.tensors[name] = &infer.Tensor{Name: name, Type: gguf.TypeF32, Dims: tt.Dims, Data: f32Bytes(deq)}
 	}
 	return out

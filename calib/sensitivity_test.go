@@ -609,22 +609,16 @@ func fixtureSensitivity(t *testing.T, o fixtures.Options) (string, []Sequence, *
 func probeWeights(t *testing.T, tt *infer.Tensor, typ gguf.GGMLType, stats *Stats) []float32 {
 	t.Helper()
 	src := bytesAsF32(tt.Data)
-	cols, rows := int(tt.Dims[0]), int(tt.Dims[1])
-	nmat := 1
-	if len(tt.Dims) > 2 {
-		nmat = int(tt.Dims[2])
-	}
 	deq := make([]float32, len(src))
-	for e := 0; e < nmat; e++ {
+	eachMatrix(tt, deq, func(e, _, rows, cols int, x, y []float32) {
 		var imp []float32
 		if stats != nil {
 			imp, _ = stats.Importance(tt.Name, e)
 		}
-		m := src[e*rows*cols : (e+1)*rows*cols]
-		if _, err := quantizeRows(typ, sensitivityMode, m, rows, cols, imp, 0, tt.Name, nil, deq[e*rows*cols:(e+1)*rows*cols]); err != nil {
+		if _, err := quantizeRows(typ, sensitivityMode, x, rows, cols, imp, 0, tt.Name, nil, y); err != nil {
 			t.Fatal(err)
 		}
-	}
+	})
 	partWay(deq, src)
 	return deq
 }
