@@ -69,7 +69,7 @@ func loadSource(t testing.TB, dir string, keepBF16 bool) *metaSource {
 		}
 		ms.tensors[d.Name] = &infer.Tensor{Name: d.Name, Type: gguf.TypeF32, Dims: d.Shape, Data: f32Bytes(buf)}
 		if keepBF16 && Layer(d.Name) >= 0 && halfType(d) == gguf.TypeBF16 {
-			ms.tensors[d.Name] = probeTensor(d, buf, gguf.TypeBF16, true)
+			ms.tensors[d.Name] = &infer.Tensor{Name: d.Name, Type: gguf.TypeBF16, Dims: d.Shape, Data: bf16Bytes(buf)}
 		}
 	}
 	return ms
@@ -213,9 +213,7 @@ func loadF32(t testing.TB, src infer.Source, ctx int) *infer.Model {
 func withTensor16(ms *metaSource, name string, v []float32) *metaSource {
 	out := withTensor(ms, name, v)
 	t := out.tensors[name]
-	b := make([]byte, 2*len(v))
-	kernels.RoundBF16Slice(b, v)
-	t.Type, t.Data = gguf.TypeBF16, b
+	t.Type, t.Data = gguf.TypeBF16, bf16Bytes(v)
 	return out
 }
 
@@ -242,4 +240,11 @@ func eachMatrix(tt *infer.Tensor, out []float32, f func(e, nmat, rows, cols int,
 	for e := 0; e < nmat; e++ {
 		f(e, nmat, rows, cols, src[e*rows*cols:(e+1)*rows*cols], out[e*rows*cols:(e+1)*rows*cols])
 	}
+}
+
+// bf16Bytes is v rounded to bf16 (ties to even), as tensor data.
+func bf16Bytes(v []float32) []byte {
+	b := make([]byte, 2*len(v))
+	kernels.RoundBF16Slice(b, v)
+	return b
 }

@@ -244,6 +244,13 @@ type sensProbe struct {
 	members []blockMember
 }
 
+// heldProbe is a block tensor's encoded rows (in typ), kept for the block's stream.
+type heldProbe struct {
+	name string
+	typ  gguf.GGMLType
+	q    []byte
+}
+
 // blockMember is one probed tensor of a block's stream: its container, its weighted relative
 // error and local, the squared change it alone makes to the block's output (summed over the
 // sample's positions).
@@ -428,24 +435,27 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 			}
 			headBytes += rt
 		}
-		// and, beside the clean block, the block's probes (probeType)
-		// and one matrix in float32 twice (widened, and its probe weights; blockProbe)
+		// and, beside the clean block: its tensors' encoded rows (heldProbe), the probe
+		// weights of one tensor in its own type (its single-tensor run) and two chunk buffers
 		var largest int64
-		blockProbes := make([]int64, c.NLayer)
+		held := make([]int64, c.NLayer)
 		for _, name := range names {
 			d := r.descs[name]
 			if l := Layer(name); l >= 0 && l < c.NLayer {
-				blockProbes[l] += elements(d.Shape) * probeBytes(probeType(halfType(d), rounded))
-				largest = max(largest, 2*4*d.Shape[0]*d.Shape[1])
+				typ, _ := sensitivityType(d.Shape[0])
+				if rs, err := quant.RowSize(typ, int(d.Shape[0])); err == nil {
+					held[l] += elements(d.Shape) / d.Shape[0] * int64(rs)
+				}
+				largest = max(largest, storedBytes(d)+2*4*max(probeChunkFloats, d.Shape[0]*int64(probeRowChunk)))
 			}
 		}
 		var most int64
-		for _, b := range blockProbes {
+		for _, b := range held {
 			most = max(most, b)
 		}
 		left := o.MemoryBudget/4 - headBytes - largest - most
 		if left <= 0 {
-			r.warn("sensitivity pass skipped: the LM head (%s) and a block's round-tripped tensors (%s) do not fit a quarter of the memory budget; budgets use the weight-error proxy",
+			r.warn("sensitivity pass skipped: the LM head (%s) and a block's probes (%s) do not fit a quarter of the memory budget; budgets use the weight-error proxy",
 				fmtBytes(headBytes), fmtBytes(largest+most))
 			return "", nil
 		}
@@ -500,7 +510,7 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 		}
 	}
 	var wbuf []float32 // one matrix widened from a 16-bit block tensor, reused
-	var mbuf []float32 // one matrix's probe weights, reused
+	var fbuf []float32 // a chunk of probe weights, reused
 	// every probe loads the block again (new matrices): weights packed for the GEMM would be
 	// packed anew each time and left as garbage, so the pass multiplies the 16-bit rows
 	if r.runner.Options().PackWeights {
@@ -558,24 +568,23 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 		// this block's probes: each tensor alone round-tripped, for the change it makes to the
 		// block's output, then all of them at once: the block's stream
 		var blk *sensProbe
-		probed := make(map[string]*infer.Tensor, len(lw.tensors))
+		var held []heldProbe
 		for _, d := range lw.descs {
 			if !r.probed(d) {
 				continue
 			}
 			typ, _ := sensitivityType(d.Shape[0])
-			pt, rel, mb, err := r.blockProbe(d, func(off, n int) []float32 {
+			pt, q, rel, fb, err := r.blockProbe(d, func(off, n int) []float32 {
 				wbuf = lw.floats(d.Name, off, n, wbuf)
 				return wbuf
-			}, typ, all, threads, lw.tensors[d.Name].Type, rounded, mbuf)
+			}, typ, all, threads, lw.tensors[d.Name].Type, fbuf)
 			if err != nil {
 				return "", err
 			}
-			mbuf = mb
+			fbuf = fb
 			if rounded && pt.Type == gguf.TypeBF16 {
 				roundedProbes++
 			}
-			probed[d.Name] = pt
 			if err := r.runner.LoadBlock(il, &metaSource{md: r.md, tensors: withTensors(lw.tensors, map[string]*infer.Tensor{d.Name: pt})}); err != nil {
 				return "", fmt.Errorf("calib: %w", err)
 			}
@@ -589,13 +598,23 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 				return "", err
 			}
 			step()
+			pt = nil
 			if blk == nil {
 				blk = &sensProbe{name: fmt.Sprintf("blk.%d", il)}
 			}
 			blk.members = append(blk.members, blockMember{name: d.Name, typ: typ, relErr: rel, local: sqDist(one, clean)})
+			held = append(held, heldProbe{name: d.Name, typ: typ, q: q})
 		}
 		if blk != nil {
-			if err := r.runner.LoadBlock(il, &metaSource{md: r.md, tensors: withTensors(lw.tensors, probed)}); err != nil {
+			// every stream has been through the clean block: its tensors become their probes
+			// in place, and the block's stream starts
+			r.runner.Release()
+			for _, h := range held {
+				if wbuf, fbuf, err = applyProbe(lw, h.name, h.typ, h.q, threads, wbuf, fbuf); err != nil {
+					return "", err
+				}
+			}
+			if err := r.runner.LoadBlock(il, &metaSource{md: r.md, tensors: lw.tensors}); err != nil {
 				return "", fmt.Errorf("calib: %w", err)
 			}
 			blk.x = make([][]float32, S)
@@ -608,7 +627,7 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 			step()
 			probes = append(probes, blk)
 		}
-		probed = nil
+		held = nil
 		r.runner.Release()
 		lw = nil
 		runtime.GC()
@@ -796,23 +815,13 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 	return path, nil
 }
 
-// probeType is the type a round-tripped block tensor is multiplied in, so that it takes the
-// products the clean block's tensor takes: BF16 for a BF16 tensor (with rounded products, the
-// rounded activations; else widened exactly), F16 for an F16 one without rounded products,
-// float32 otherwise (an F16 tensor beside rounded products is widened exactly, as float32 is
-// multiplied). Rounding the reconstruction to 16 bits moves it by at most 2⁻⁹ of each value,
-// against the reference container's error of several percent.
-func probeType(clean gguf.GGMLType, rounded bool) gguf.GGMLType {
-	switch {
-	case clean == gguf.TypeBF16:
-		return gguf.TypeBF16
-	case clean == gguf.TypeF16 && !rounded:
-		return gguf.TypeF16
-	}
-	return gguf.TypeF32
-}
+// A block tensor's probe weights are kept in the tensor's own type in the block (BF16, F16 or
+// float32), so that every stream multiplies them as the clean stream multiplies the tensor:
+// BF16 matrices with activations rounded to bf16 where the forward does that, F16 and BF16 ones
+// otherwise widened exactly. Rounding the probe to 16 bits moves it by at most 2⁻⁹ of each
+// value (bf16), against the probe's change of several percent.
 
-// probeBytes is the bytes per value of typ (probeType's types).
+// probeBytes is the bytes per value of typ (BF16, F16 or F32).
 func probeBytes(typ gguf.GGMLType) int64 {
 	if typ == gguf.TypeF32 {
 		return 4
@@ -820,15 +829,7 @@ func probeBytes(typ gguf.GGMLType) int64 {
 	return 2
 }
 
-// probeTensor is tensor d's probe weights deq in probeType (its own copy).
-func probeTensor(d modelsrc.TensorDesc, deq []float32, clean gguf.GGMLType, rounded bool) *infer.Tensor {
-	t := &infer.Tensor{Name: d.Name, Type: probeType(clean, rounded), Dims: append([]int64(nil), d.Shape...)}
-	t.Data = make([]byte, int(probeBytes(t.Type))*len(deq))
-	encodeProbe(t.Type, t.Data, deq)
-	return t
-}
-
-// encodeProbe writes v into dst in typ (probeType's types): rounded to bf16 (ties to even),
+// encodeProbe writes v into dst in typ (BF16, F16 or F32): rounded to bf16 (ties to even),
 // narrowed to f16, or as float32.
 func encodeProbe(typ gguf.GGMLType, dst []byte, v []float32) {
 	switch typ {
@@ -964,39 +965,82 @@ func (r *run) roundTrip(d modelsrc.TensorDesc, floats func(off, n int) []float32
 	return deq, relOf(num, den), nil
 }
 
-// blockProbe is roundTrip for a block tensor: it returns the probe's weights as a tensor of
-// probeType (clean: the block's own type of d), encoding one matrix at a time through the
-// float32 buffer mbuf (grown when short, and returned), so that besides the probe only one
-// matrix is held in float32: for Qwen3.6-35B-A3B's stacked experts 4 MiB instead of 1 GiB.
+// probeChunkFloats bounds the float32 values blockProbe and applyProbe hold per buffer.
+const probeChunkFloats = 1 << 20
+
+// probeChunkRows is the rows of cols values they take at a time: a multiple of probeRowChunk,
+// within probeChunkFloats when a row allows.
+func probeChunkRows(cols int) int {
+	return max(probeRowChunk, probeChunkFloats/cols/probeRowChunk*probeRowChunk)
+}
+
+// blockProbe is roundTrip for a block tensor, in chunks of rows (floats as for roundTrip;
+// fbuf, grown when short and returned, takes a chunk's probe weights). It returns the encoded
+// rows, kept for the block's stream (applyProbe), their weighted relative error, and the
+// tensor's probe weights in its type t in the block, for its single-tensor run.
 func (r *run) blockProbe(d modelsrc.TensorDesc, floats func(off, n int) []float32, typ gguf.GGMLType, all *Stats, threads int,
-	clean gguf.GGMLType, rounded bool, mbuf []float32) (*infer.Tensor, float64, []float32, error) {
+	t gguf.GGMLType, fbuf []float32) (*infer.Tensor, []byte, float64, []float32, error) {
 	cols, rows, nm := int(d.Shape[0]), int(d.Shape[1]), 1
 	if len(d.Shape) > 2 {
 		nm = int(d.Shape[2])
 	}
-	if cap(mbuf) < rows*cols {
-		mbuf = make([]float32, rows*cols)
-	}
-	y := mbuf[:rows*cols]
 	rs, err := quant.RowSize(typ, cols)
 	if err != nil {
-		return nil, 0, mbuf, fmt.Errorf("calib: tensor %s: %w", d.Name, err)
+		return nil, nil, 0, fbuf, fmt.Errorf("calib: tensor %s: %w", d.Name, err)
 	}
-	buf := make([]byte, rows*rs)
-	pt := &infer.Tensor{Name: d.Name, Type: probeType(clean, rounded), Dims: append([]int64(nil), d.Shape...)}
-	bpv := int(probeBytes(pt.Type))
+	cr := probeChunkRows(cols)
+	if cap(fbuf) < cr*cols {
+		fbuf = make([]float32, cr*cols)
+	}
+	q := make([]byte, nm*rows*rs)
+	pt := &infer.Tensor{Name: d.Name, Type: t, Dims: append([]int64(nil), d.Shape...)}
+	bpv := int(probeBytes(t))
 	pt.Data = make([]byte, nm*rows*cols*bpv)
 	var num, den float64
 	for e := 0; e < nm; e++ {
 		imp := matrixImportance(all, d.Name, e, cols)
-		n, dd, err := roundTripMatrix(d.Name, typ, floats(e*rows*cols, rows*cols), y, imp, rows, cols, threads, buf)
-		if err != nil {
-			return nil, 0, mbuf, err
+		for r0 := 0; r0 < rows; r0 += cr {
+			n := min(cr, rows-r0)
+			row := e*rows + r0
+			y := fbuf[:n*cols]
+			nu, de, err := roundTripMatrix(d.Name, typ, floats(row*cols, n*cols), y, imp, n, cols, threads, q[row*rs:(row+n)*rs])
+			if err != nil {
+				return nil, nil, 0, fbuf, err
+			}
+			num, den = num+nu, den+de
+			encodeProbe(t, pt.Data[row*cols*bpv:(row+n)*cols*bpv], y)
 		}
-		num, den = num+n, den+dd
-		encodeProbe(pt.Type, pt.Data[e*rows*cols*bpv:(e+1)*rows*cols*bpv], y)
 	}
-	return pt, relOf(num, den), mbuf, nil
+	return pt, q, relOf(num, den), fbuf, nil
+}
+
+// applyProbe turns block tensor name in lw, in place, into its probe weights: the encoded
+// rows q (typ) decoded and moved part way from the tensor's values, in chunks of rows through
+// the buffers xbuf and ybuf (grown when short and returned). The weights are blockProbe's
+// bit for bit. The block's copy of the tensor is gone afterwards.
+func applyProbe(lw *layerWeights, name string, typ gguf.GGMLType, q []byte, threads int, xbuf, ybuf []float32) ([]float32, []float32, error) {
+	t := lw.tensors[name]
+	cols := int(t.Dims[0])
+	rows := int(elements(t.Dims)) / cols
+	rs := len(q) / rows
+	cr := probeChunkRows(cols)
+	if cap(ybuf) < cr*cols {
+		ybuf = make([]float32, cr*cols)
+	}
+	bpv := int(probeBytes(t.Type))
+	for r0 := 0; r0 < rows; r0 += cr {
+		n := min(cr, rows-r0)
+		x := lw.floats(name, r0*cols, n*cols, xbuf) // float32 tensors: a view, written below once y is done
+		if lw.data[name] == nil {
+			xbuf = x
+		}
+		y := ybuf[:n*cols]
+		if _, _, err := probeRows(typ, q[r0*rs:(r0+n)*rs], rs, x, y, nil, n, cols, threads); err != nil {
+			return xbuf, ybuf, fmt.Errorf("calib: tensor %s: %w", name, err)
+		}
+		encodeProbe(t.Type, t.Data[r0*cols*bpv:(r0+n)*cols*bpv], y)
+	}
+	return xbuf, ybuf, nil
 }
 
 // roundTripMatrix encodes the matrix x (rows × cols) in typ with importance imp (into buf,

@@ -545,17 +545,16 @@ func TestSensitivityHalfHead(t *testing.T) {
 	}
 }
 
-// TestSensitivityF16Blocks: with an F16 checkpoint a block's probes are multiplied as the
-// clean block's F16 matrices are: kept F16 (narrowed) where the forward widens them exactly,
-// float32 beside rounded bf16 products, which F16 matrices do not take (probeType). A block's
-// stream must give the whole model's KL with that block's probed tensors in that form
-// (generated qwen3 fixture, F16 weights; the 2 % bound of TestSensitivityMatchesWholeModel).
+// TestSensitivityF16Blocks: with an F16 checkpoint a block's probes stay F16 (narrowed), as
+// the clean block's matrices, which the forward widens exactly with or without rounded bf16
+// products. A block's stream must give the whole model's KL with that block's probed tensors
+// in that form (generated qwen3 fixture, F16 weights; the 2 % bound of
+// TestSensitivityMatchesWholeModel).
 func TestSensitivityF16Blocks(t *testing.T) {
 	o := fixtures.Preset("qwen3")
 	o.Layers = 2
 	o.DType = safetensors.F16
 	dir, seqs, res, sens := fixtureSensitivity(t, o)
-	f16 := !bf16Rounded(false) // the pass's probe type for an F16 matrix
 	ms := fullSource(t, dir)
 	q := ms
 	var blockKL float64
@@ -571,11 +570,9 @@ func TestSensitivityF16Blocks(t *testing.T) {
 			t.Fatal(err)
 		}
 		deq := probeWeights(t, ms.tensors[ts.Name], typ, res.Stats)
-		if f16 {
-			b := make([]byte, 2*len(deq))
-			kernels.NarrowF16(b, deq)
-			kernels.WidenF16(deq, b)
-		}
+		b := make([]byte, 2*len(deq)) // kept F16
+		kernels.NarrowF16(b, deq)
+		kernels.WidenF16(deq, b)
 		q = withTensor(q, ts.Name, deq)
 	}
 	if n < 7 {
@@ -583,7 +580,7 @@ func TestSensitivityF16Blocks(t *testing.T) {
 	}
 	load := func(s infer.Source) *infer.Model { return loadF32(t, s, 64) }
 	want := meanKL(t, load(ms), load(q), seqs) / (sensitivityStep * sensitivityStep)
-	t.Logf("block 1 (%d tensors, F16 probes %v): pass %.6g, whole model %.6g (%s)", n, f16, blockKL, want, sens.Arithmetic)
+	t.Logf("block 1 (%d tensors): pass %.6g, whole model %.6g (%s)", n, blockKL, want, sens.Arithmetic)
 	if !(want > 0) || math.Abs(blockKL-want) > 0.02*want {
 		t.Errorf("the pass measured block KL %.6g, the whole model gives %.6g", blockKL, want)
 	}
