@@ -45,7 +45,9 @@ import (
 // Until 2026-12-04 every tensor had a stream of its own to the end, about 3.5·n_layer² block
 // runs per token for seven tensors a block against n_layer²/2 + 7·n_layer now; the budgets
 // measured as well or better with the shared streams (docs/calibration.md). Memory: (streams
-// + 2) × sample tokens × n_embd floats besides the blocks. The LM head scores each stream
+// + 2) × sample tokens × n_embd floats besides the clean block, its tensors' encoded rows
+// (heldProbe; applied in place for the block's stream, applyProbe) and one tensor's probe
+// weights. The LM head scores each stream
 // over the whole vocabulary when it is small, else over the reference's most probable tokens
 // plus a sample of the rest (topKKL), so its work per token is vocabulary × n_embd for the
 // reference plus streams × min(vocabulary, 512) × n_embd. Both are bounded: the sample

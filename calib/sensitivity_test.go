@@ -76,7 +76,7 @@ func sensitivityMatchesWholeModel(t *testing.T, dir string, names []string, roun
 		t.Fatalf("the file records arithmetic %q; rounded products: %v", sens.Arithmetic, rounded)
 	}
 	ms := fullSource(t, dir)
-	half := loadSource(t, dir, true) // which block tensors the pass keeps bf16 (probeType)
+	half := loadSource(t, dir, true) // which block tensors the pass keeps bf16 (their probes too)
 	exact := func(s infer.Source) *infer.Model { return loadF32(t, s, 256) }
 	ref := exact(ms)
 	// the rounded arithmetic: the blocks' bf16 matrices kept bf16 (the embedding and the LM
