@@ -409,15 +409,13 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 	// Every stream must multiply the probed tensor as the clean stream multiplies it, or the
 	// difference between two arithmetics would count as the probe's damage. With rounded bf16
 	// products (the statistics pass's forward on AVX512-BF16 without AMX) a bf16 matrix
-	// multiplies activations rounded to bf16, so a probe of a bf16 tensor is rounded to bf16
-	// too and takes the same path (roundedProbe); the rounding moves the reconstruction by at
-	// most 2⁻⁹ of each value, against the reference container's error of several percent.
-	// That runs the pass's GEMMs at the rounded kernel's rate (about 1.6× faster on a dense
-	// 1 B model). Models with routed experts keep float32 products: there the streams'
-	// different roundings flip near-tied routing decisions, which moved single tensors' KL by
-	// up to 50× on the trained MoE models (docs/calibration.md, "Measured sensitivity").
-	// Otherwise the probes' reconstructions are float32 matrices, multiplied exactly, and the
-	// clean stream's bf16 matrices are too.
+	// multiplies activations rounded to bf16; a probe is kept in its tensor's own type (bf16,
+	// f16 or float32; encodeProbe), so a probe of a bf16 tensor takes the same path. That runs
+	// the pass's GEMMs at the rounded kernel's rate (about 1.6× faster on a dense 1 B model).
+	// Models with routed experts keep float32 products: there the streams' different
+	// roundings flip near-tied routing decisions, which moved single tensors' KL by up to 50×
+	// on the trained MoE models (docs/calibration.md, "Measured sensitivity"). Otherwise the
+	// 16-bit matrices and their probes are widened exactly.
 	rounded := r.runner.Options().BF16Rounded() && c.NExpert == 0
 	if o.MemoryBudget > 0 {
 		// the LM head in f32 (and its round trip for output.weight's probe) and the streams
@@ -600,6 +598,7 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 				return "", err
 			}
 			step()
+			r.runner.Release() // the runner held pt: only one tensor's probe weights at a time
 			pt = nil
 			if blk == nil {
 				blk = &sensProbe{name: fmt.Sprintf("blk.%d", il)}
@@ -610,7 +609,6 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 		if blk != nil {
 			// every stream has been through the clean block: its tensors become their probes
 			// in place, and the block's stream starts
-			r.runner.Release()
 			for _, h := range held {
 				if wbuf, fbuf, err = applyProbe(lw, h.name, h.typ, h.q, threads, wbuf, fbuf); err != nil {
 					return "", err
