@@ -1,7 +1,9 @@
 package calib
 
 import (
+	"bytes"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
@@ -13,6 +15,7 @@ import (
 	"github.com/tq-project/tq/internal/modelsrc"
 	"github.com/tq-project/tq/internal/safetensors"
 	"github.com/tq-project/tq/internal/testenv"
+	"github.com/tq-project/tq/quant"
 	"github.com/tq-project/tq/quant/kernels"
 )
 
@@ -618,4 +621,99 @@ func probeWeights(t *testing.T, tt *infer.Tensor, typ gguf.GGMLType, stats *Stat
 	})
 	partWay(deq, src)
 	return deq
+}
+
+// TestApplyProbeMatchesBlockProbe: a block tensor turned into its probe in place (applyProbe,
+// for the block's stream) holds the bits of the probe blockProbe made for its single-tensor
+// run, for stacked bf16 matrices, f16 and float32 ones, over several chunks of rows, with and
+// without importance; and the encoded rows decode to what the probe moved part way from.
+func TestApplyProbeMatchesBlockProbe(t *testing.T) {
+	r := &run{}
+	rng := rand.New(rand.NewPCG(7, 8))
+	const cols = 256
+	rows := probeChunkRows(cols) + 3*probeRowChunk + 5 // two chunks, the last partial
+	for _, c := range []struct {
+		typ gguf.GGMLType
+		nm  int
+		imp bool
+	}{{gguf.TypeBF16, 2, true}, {gguf.TypeF16, 1, false}, {gguf.TypeF32, 1, true}} {
+		name := "blk.0.ffn_up.weight"
+		shape := []int64{cols, int64(rows)}
+		if c.nm > 1 {
+			shape = append(shape, int64(c.nm))
+		}
+		n := cols * rows * c.nm
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64() * math.Exp(rng.NormFloat64())) // heavy-tailed
+		}
+		data := make([]byte, int(probeBytes(c.typ))*n)
+		encodeProbe(c.typ, data, v)
+		widenProbe(c.typ, v, data) // the tensor's values
+		lw := &layerWeights{data: map[string][]float32{}, half: map[string][]byte{}, tensors: map[string]*infer.Tensor{}}
+		lw.tensors[name] = &infer.Tensor{Name: name, Type: c.typ, Dims: shape, Data: data}
+		if c.typ == gguf.TypeF32 {
+			lw.data[name] = bytesAsF32(data)
+		} else {
+			lw.half[name] = data
+		}
+		var all *Stats
+		if c.imp {
+			all = NewStats()
+			ts := NewTensorStats(name, cols, c.nm)
+			for e := 0; e < c.nm; e++ {
+				x := make([]float32, 4*cols)
+				for i := range x {
+					x[i] = float32(rng.NormFloat64()) * float32(1+i%cols%7)
+				}
+				ts.Add(e, x, 4)
+			}
+			all.Tensors[name] = ts
+		}
+		d := modelsrc.TensorDesc{Name: name, Shape: shape}
+		var wbuf []float32
+		pt, q, rel, _, err := r.blockProbe(d, func(off, k int) []float32 {
+			wbuf = lw.floats(name, off, k, wbuf)
+			return wbuf
+		}, gguf.TypeQ4_K, all, 2, c.typ, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !(rel > 0 && rel < 0.05) {
+			t.Errorf("%v: relative error %g", c.typ, rel)
+		}
+		want := append([]byte(nil), pt.Data...)
+		if bytes.Equal(want, data) {
+			t.Fatalf("%v: the probe equals the tensor", c.typ)
+		}
+		if _, _, err := applyProbe(lw, name, gguf.TypeQ4_K, q, 2, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(lw.tensors[name].Data, want) {
+			t.Errorf("%v: the tensor applied in place differs from blockProbe's probe", c.typ)
+		}
+		// the probe is half way between the values and the decoded rows
+		deq := make([]float32, n)
+		if err := quant.Dequantize(gguf.TypeQ4_K, deq, q); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]float32, n)
+		widenProbe(c.typ, got, want)
+		for i := range v {
+			w := v[i] + sensitivityStep*(deq[i]-v[i])
+			if d := math.Abs(float64(got[i] - w)); d > 1e-2*math.Abs(float64(w))+1e-30 {
+				t.Fatalf("%v: element %d: probe %g, want about %g", c.typ, i, got[i], w)
+			}
+		}
+	}
+}
+
+// widenProbe decodes probe data of typ (BF16, F16 or F32) into dst.
+func widenProbe(typ gguf.GGMLType, dst []float32, data []byte) {
+	switch typ {
+	case gguf.TypeF32:
+		copy(dst, bytesAsF32(data))
+	default:
+		widen(typ, dst, data)
+	}
 }
