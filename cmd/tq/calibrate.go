@@ -395,7 +395,11 @@ func (p *calibProgress) done() {
 		fmt.Fprintf(p.w, "sensitivity pass, block %d/%d: %d tokens through its streams in %.1fs\n", ev.Layer+1, ev.NLayer, ev.Tokens, ev.Elapsed.Seconds())
 	}
 	if ev.Stage == "sensitivity" && ev.Layer == ev.NLayer && ev.NSeq > 0 && ev.Seq == ev.NSeq {
-		fmt.Fprintf(p.w, "sensitivity pass: %d sequences through every probe in %.1fs\n", ev.NSeq, ev.Elapsed.Seconds())
+		noun := "sequences"
+		if ev.NSeq == 1 {
+			noun = "sequence"
+		}
+		fmt.Fprintf(p.w, "sensitivity pass: every stream scored over %d %s, %.1fs in all\n", ev.NSeq, noun, ev.Elapsed.Seconds())
 	}
 	p.last = calib.Progress{}
 }
