@@ -213,12 +213,17 @@ func FuzzParseSensitivity(f *testing.F) {
 	f.Add([]byte(`{"format":"tq-sensitivity/1","tokens":2,"tensors":[{"name":"a.weight","type":"q4_K","kl":0.1,"rel_error":0.01}]}`))
 	f.Add([]byte(`{"format":"tq-sensitivity/1","tensors":[{"name":"a","type":"f16","kl":-1}]}`))
 	f.Add([]byte(`{"format":"x"}`))
+	f.Add([]byte(`{"format":"tq-sensitivity/1","tensors":[{"name":"blk.0.a.weight","type":"q4_K","kl":0.1,"rel_error":0.01,"block_kl":0.4,"share":0.25}]}`))
+	f.Add([]byte(`{"format":"tq-sensitivity/1","tensors":[{"name":"blk.0.a.weight","type":"q4_K","kl":0.1,"rel_error":0.01,"block_kl":0.1,"share":1.5}]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := ParseSensitivity(b, "fuzz")
 		if err != nil {
 			return
 		}
 		for _, ts := range s.Tensors {
+			if !(ts.Share >= 0 && ts.Share <= 1) || !(ts.BlockKL >= 0) || math.IsInf(ts.BlockKL, 0) {
+				t.Fatalf("%s: share %v, block_kl %v accepted", ts.Name, ts.Share, ts.BlockKL)
+			}
 			typ, kl, _, ok := s.Sensitivity(ts.Name)
 			if !ok || kl < 0 || math.IsNaN(kl) {
 				t.Fatalf("%s: %v %v %v", ts.Name, typ, kl, ok)
