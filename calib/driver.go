@@ -116,8 +116,9 @@ type Options struct {
 	// recorded figures (0: DefaultSearchRows; < 0: every row).
 	SearchRows int
 	// SensitivityTokens is the calibration tokens the measured-sensitivity pass scores (0:
-	// DefaultSensitivityTokens, fewer when the pass would cost more than twice the statistics
-	// pass's block work; < 0: no pass, no sensitivity.json). See sensitivity.go.
+	// DefaultSensitivityTokens, fewer when the pass would cost more than a quarter of the
+	// statistics pass's block work, but at least MinSensitivityTokens; < 0: no pass, no
+	// sensitivity.json). See sensitivity.go.
 	SensitivityTokens int
 	// SensitivityMACs bounds the pass's LM-head multiply-adds (0: the larger of
 	// DefaultSensitivityMACs and a quarter of the pass's block work; see sensitivitySample).

@@ -111,10 +111,12 @@ var (
 const DefaultSensitivityMACs = 1e11
 
 // sensitivityHeadShare bounds the default LM-head work relative to the pass's block work. A
-// fixed bound alone skipped the pass on every model of 8 B parameters or more: with
-// Qwen3.6-35B-A3B's vocabulary of 248,320 and about 370 probes, 10¹¹ multiply-adds are 111
-// tokens, below MinSensitivityTokens, while its blocks' bound allows about 260 (25,000
-// calibration tokens) at several hundred times the head's work.
+// fixed bound alone skipped the pass on every model of 8 B parameters or more while each
+// tensor had its own stream: with Qwen3.6-35B-A3B's vocabulary of 248,320 and about 370
+// streams, 10¹¹ multiply-adds were 111 tokens, below MinSensitivityTokens, while its blocks'
+// bound allowed about 260 (25,000 calibration tokens) at several hundred times the head's
+// work. With a stream per block the head is cheaper (42 streams), and this keeps it bounded
+// by the same rule.
 const sensitivityHeadShare = 0.25
 
 // sensitivityHalfHead keeps a 16-bit LM head 16-bit with top-k KL (loadHead; tests compare
@@ -302,8 +304,8 @@ type sampleShape struct {
 // sensitivitySample returns the pass's sample size before the memory bound, and the top-k of
 // its KL (0: the whole vocabulary). tokens is Options.SensitivityTokens (0: the default,
 // DefaultSensitivityTokens shrunk so that the pass's block work — the clean stream through
-// every block and each probe through its runs — stays within sensitivityWorkRatio × the
-// statistics pass's); macs is Options.SensitivityMACs (0: the larger of
+// every block, each stream through its runs and the single-tensor runs — stays within
+// sensitivityWorkRatio × the statistics pass's, but not below MinSensitivityTokens); macs is Options.SensitivityMACs (0: the larger of
 // DefaultSensitivityMACs and sensitivityHeadShare × the blocks' work for the sample). The
 // sample then shrinks to fit the LM head's work in that bound.
 func sensitivitySample(s sampleShape, tokens int, macs float64) (int, int) {
@@ -803,9 +805,7 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 			out.Tensors = append(out.Tensors, TensorSensitivity{Name: p.name, Type: strings.ToLower(p.typ.String()), KL: kl, RelError: p.relErr})
 			continue
 		}
-		for _, m := range shareBlockKL(kl, p.members) {
-			out.Tensors = append(out.Tensors, m)
-		}
+		out.Tensors = append(out.Tensors, shareBlockKL(kl, p.members)...)
 	}
 	sort.Slice(out.Tensors, func(a, b int) bool { return out.Tensors[a].Name < out.Tensors[b].Name })
 	path := filepath.Join(o.OutDir, SensitivityFile)
@@ -907,7 +907,11 @@ func (r *run) embedProbe(d modelsrc.TensorDesc, seqs []Sequence, all *Stats, thr
 	var num, den float64
 	row := make([]float32, E)
 	deq := make([]float32, E)
-	var buf []byte
+	rs, err := quant.RowSize(typ, E)
+	if err != nil {
+		return nil, fmt.Errorf("calib: tensor %s: %w", d.Name, err)
+	}
+	buf := make([]byte, rs)
 	for i, s := range seqs {
 		p.x[i] = make([]float32, len(s.Tokens)*E)
 		for j, tok := range s.Tokens {
@@ -916,12 +920,11 @@ func (r *run) embedProbe(d modelsrc.TensorDesc, seqs []Sequence, all *Stats, thr
 				if err := r.src.ReadRows(d.Name, int64(tok), 1, row); err != nil {
 					return nil, fmt.Errorf("calib: %w", err)
 				}
-				var err error
-				if buf, err = quantizeRows(typ, sensitivityMode, row, 1, E, nil, 1, d.Name, buf, deq); err != nil {
+				nu, de, err := roundTripMatrix(d.Name, typ, row, deq, nil, 1, E, 1, buf)
+				if err != nil {
 					return nil, err
 				}
-				addWeightedErr(&num, &den, row, deq, nil, E)
-				partWay(deq, row)
+				num, den = num+nu, den+de
 				q = append([]float32(nil), deq...)
 				p.embdRows[tok] = q
 			}
@@ -1035,7 +1038,7 @@ func applyProbe(lw *layerWeights, name string, typ gguf.GGMLType, q []byte, thre
 			xbuf = x
 		}
 		y := ybuf[:n*cols]
-		if _, _, err := probeRows(typ, q[r0*rs:(r0+n)*rs], rs, x, y, nil, n, cols, threads); err != nil {
+		if _, _, err := probeRows(typ, q[r0*rs:(r0+n)*rs], rs, x, y, nil, n, cols, threads, false); err != nil {
 			return xbuf, ybuf, fmt.Errorf("calib: tensor %s: %w", name, err)
 		}
 		encodeProbe(t.Type, t.Data[r0*cols*bpv:(r0+n)*cols*bpv], y)
@@ -1052,7 +1055,7 @@ func roundTripMatrix(name string, typ gguf.GGMLType, x, y, imp []float32, rows, 
 		return 0, 0, err
 	}
 	rs := len(buf) / rows
-	num, den, err := probeRows(typ, buf, rs, x, y, imp, rows, cols, threads)
+	num, den, err := probeRows(typ, buf, rs, x, y, imp, rows, cols, threads, true)
 	if err != nil {
 		return 0, 0, fmt.Errorf("calib: tensor %s: %w", name, err)
 	}
@@ -1064,9 +1067,9 @@ func roundTripMatrix(name string, typ gguf.GGMLType, x, y, imp []float32, rows, 
 const probeRowChunk = 64
 
 // probeRows finishes a matrix's round trip on threads workers: it dequantizes the encoded rows
-// q (rs bytes each) of x into y, returns the importance-weighted squared error Σ w·(x−y)² and
-// signal Σ w·x², and moves y part way (partWay).
-func probeRows(typ gguf.GGMLType, q []byte, rs int, x, y, imp []float32, rows, cols, threads int) (float64, float64, error) {
+// q (rs bytes each) of x into y, returns (with sums) the importance-weighted squared error
+// Σ w·(x−y)² and signal Σ w·x², and moves y part way (partWay).
+func probeRows(typ gguf.GGMLType, q []byte, rs int, x, y, imp []float32, rows, cols, threads int, sums bool) (float64, float64, error) {
 	nch := (rows + probeRowChunk - 1) / probeRowChunk
 	nums, dens := make([]float64, nch), make([]float64, nch)
 	var next atomic.Int64
@@ -1090,7 +1093,7 @@ func probeRows(typ gguf.GGMLType, q []byte, rs int, x, y, imp []float32, rows, c
 					mu.Unlock()
 					return
 				}
-				for r := 0; r < r1-r0; r++ {
+				for r := 0; sums && r < r1-r0; r++ {
 					nums[c], dens[c] = weightedErrRow(nums[c], dens[c], xs[r*cols:(r+1)*cols], ys[r*cols:(r+1)*cols], imp)
 				}
 				partWay(ys, xs)
@@ -1143,14 +1146,6 @@ func matrixImportance(all *Stats, name string, e, cols int) []float32 {
 	return imp
 }
 
-// addWeightedErr adds Σ w·(x−y)² to num and Σ w·x² to den over the rows of cols values of
-// x and y, w the importance of each element's column (1 without; weightedErrRow).
-func addWeightedErr(num, den *float64, x, y, imp []float32, cols int) {
-	for r := 0; r+cols <= len(x); r += cols {
-		*num, *den = weightedErrRow(*num, *den, x[r:r+cols], y[r:r+cols], imp)
-	}
-}
-
 func relOf(num, den float64) float64 {
 	if den > 0 {
 		return num / den
@@ -1168,19 +1163,17 @@ func (r *run) roundTripRows(d modelsrc.TensorDesc, floats func(off, n int) []flo
 		return nil, 0, fmt.Errorf("calib: tensor %s: %w", d.Name, err)
 	}
 	imp := matrixImportance(all, d.Name, 0, cols)
-	const chunk = 1024
+	chunk := probeChunkRows(cols)
 	out := make([]byte, rows*rs)
 	deq := make([]float32, min(chunk, rows)*cols)
-	var buf []byte
 	var num, den float64
 	for r0 := 0; r0 < rows; r0 += chunk {
 		n := min(chunk, rows-r0)
-		xs := floats(r0*cols, n*cols)
-		if buf, err = quantizeRows(typ, sensitivityMode, xs, n, cols, imp, threads, d.Name, buf, deq); err != nil {
+		nu, de, err := roundTripMatrix(d.Name, typ, floats(r0*cols, n*cols), deq[:n*cols], imp, n, cols, threads, out[r0*rs:(r0+n)*rs])
+		if err != nil {
 			return nil, 0, err
 		}
-		copy(out[r0*rs:], buf)
-		addWeightedErr(&num, &den, xs, deq, imp, cols)
+		num, den = num+nu, den+de
 	}
 	return out, relOf(num, den), nil
 }
