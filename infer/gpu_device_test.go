@@ -240,6 +240,7 @@ type decodeBenchState struct {
 	cpuTokS    float64
 	copyGBs    float64
 	bytes      int64 // weight bytes one decode token reads on the device
+	dev        *cuda.Device
 	err        error
 }
 
@@ -252,6 +253,7 @@ func (st *decodeBenchState) setup(b *testing.B, mk func() (src Source, vocab, la
 	st.once.Do(func() {
 		src, vocab, layers, bytes := mk()
 		dev := gpuDeviceBackend(b)
+		st.dev = dev
 		st.copyGBs = copyBandwidth(b, dev)
 		n := 128
 		if testing.Short() {
@@ -358,6 +360,23 @@ func (st *decodeBenchState) run(b *testing.B) {
 	b.ReportMetric(float64(st.bytes)/(1<<20), "MiB-per-token")
 	if math.IsNaN(gbs) {
 		b.Fatal("no time measured")
+	}
+	if os.Getenv("TQ_GPU_PROFILE") == "1" {
+		// Where the eager step's time goes: 8 steps, each launch timed to its end.
+		if err := st.dev.SetProfile(true); err != nil {
+			b.Fatal(err)
+		}
+		n := 8
+		d := steps(st.eager, n)
+		table, floor, err := st.dev.Profile()
+		if e := st.dev.SetProfile(false); err == nil {
+			err = e
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("launch profile of %d eager steps (%v per step profiled; empty synchronisation %v):\n%s",
+			n, (d / time.Duration(n)).Round(time.Microsecond), floor.Round(100*time.Nanosecond), cuda.FormatProfile(table))
 	}
 }
 

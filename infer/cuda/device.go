@@ -64,6 +64,7 @@ type Device struct {
 	graphs  map[*Graph]struct{}
 	cap     *capture   // the recording in progress (graph.go), or nil
 	capCond *sync.Cond // on mu: signalled when a recording ends
+	prof    *profiler  // the launch profiler (profile.go), or nil
 }
 
 // devBuf is a raw device allocation.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"time"
 	"unsafe"
 )
 
@@ -102,6 +103,10 @@ func (d *Device) launch(id kernelID, grid, block dim3, args ...arg) error {
 		c.nodes = append(c.nodes, graphNode{fn: d.fns[id], grid: grid, block: block, args: d.args.slab, n: d.args.n})
 		return nil
 	}
+	var start time.Time
+	if d.prof != nil {
+		start = time.Now()
+	}
 	var pin runtime.Pinner
 	pin.Pin(d.args)
 	err := d.drv.call(fnLaunchKernel, d.fns[id],
@@ -109,6 +114,10 @@ func (d *Device) launch(id kernelID, grid, block dim3, args ...arg) error {
 		uintptr(block.x), uintptr(block.y), uintptr(block.z),
 		0, 0, d.args.params(), 0)
 	pin.Unpin()
+	if err == nil && d.prof != nil {
+		err = d.drv.call(fnStreamSynchronize, 0)
+		d.prof.record(id, grid, block, time.Since(start))
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", spec.name, err)
 	}
