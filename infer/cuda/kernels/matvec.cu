@@ -15,17 +15,35 @@
 
 // Per-type lane work. Each function adds this lane's share of row `w` (nb blocks) dotted with the
 // T activation rows into acc[0..T).
+//
+// Memory-level parallelism: a lane's blocks are visited MV_U at a time, all their weight bytes
+// loaded before any is used, so each lane has MV_U independent loads in flight instead of one
+// chain of load-then-multiply per block (a decode mat-vec of n = 4096 has 8 to 16 blocks per
+// lane, and a chain of that many DRAM round trips bounded the kernels near a third of the copy
+// bandwidth). The arithmetic, and so the result, is the same as one block at a time: every
+// block's products are added to acc in the same order.
+#define MV_U 4
+
+// byte_of returns byte k (0..3) of w.
+__device__ __forceinline__ u32 byte_of(u32 w, int k) { return (w >> (8 * k)) & 255; }
+
+// u16 pair loads for blocks that are only 2-byte aligned: the 32 bits at p (p even).
+__device__ __forceinline__ u32 ld_u16x2(const u8* p) { return (u32)ld_u16(p) | ((u32)ld_u16(p + 2) << 16); }
 
 // Q4_K: 144-byte super-blocks of 256: d, dmin (f16), scales[12] (6-bit scale/min pairs), qs[128].
 // Half a warp per super-block: lane l16 = 4c+i takes qs[32c + 8i .. +8): elements 64c+8i+k (low
 // nibbles, sub-block 2c) and 64c+32+8i+k (high nibbles, sub-block 2c+1).
-__device__ __forceinline__ void scale_min_k4(int j, const u8* s, float* sc, float* m) {
+//
+// scale_min_k4 decodes the 6-bit scale and min of sub-block j (0..7) from the twelve scale bytes
+// held as three words s0 (bytes 0..3), s1 (4..7), s2 (8..11).
+__device__ __forceinline__ void scale_min_k4(int j, u32 s0, u32 s1, u32 s2, float* sc, float* m) {
     if (j < 4) {
-        *sc = u2f(s[j] & 63);
-        *m = u2f(s[j + 4] & 63);
+        *sc = u2f(byte_of(s0, j) & 63);
+        *m = u2f(byte_of(s1, j) & 63);
     } else {
-        *sc = u2f((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4));
-        *m = u2f((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+        const int k = j - 4;
+        *sc = u2f((byte_of(s2, k) & 15) | ((byte_of(s0, k) >> 6) << 4));
+        *m = u2f((byte_of(s2, k) >> 4) | ((byte_of(s1, k) >> 6) << 4));
     }
 }
 
@@ -33,32 +51,49 @@ template <int NT>
 __device__ __forceinline__ void lane_q4_k(const u8* w, int nb, const float* x, int n, int T, float* acc) {
     const int lane = threadIdx.x & 31;
     const int half = lane >> 4, l16 = lane & 15, c = l16 >> 2, i = l16 & 3;
-    for (int ib = half; ib < nb; ib += 2) {
-        const u8* b = w + (u64)ib * 144;
-        const u32 dd = ld_u32(b);
-        const float d = h2f((u16)(dd & 0xffff)), dmin = h2f((u16)(dd >> 16));
-        float sc1, m1, sc2, m2;
-        scale_min_k4(2 * c, b + 4, &sc1, &m1);
-        scale_min_k4(2 * c + 1, b + 4, &sc2, &m2);
-        const u8* q = b + 16 + 32 * c + 8 * i;
-        const u32 q0 = ld_u32(q), q1 = ld_u32(q + 4);
-        const int e0 = ib * 256 + 64 * c + 8 * i;
+    for (int ib0 = half; ib0 < nb; ib0 += 2 * MV_U) {
+        u32 dd[MV_U], s0[MV_U], s1[MV_U], s2[MV_U], q0[MV_U], q1[MV_U];
 #pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            if (t >= T) break;
-            const float* xl = x + (u64)t * n + e0;
-            const float4 a0 = ld_f4(xl), a1 = ld_f4(xl + 4), b0 = ld_f4(xl + 32), b1 = ld_f4(xl + 36);
-            const float lo = u2f(q0 & 15) * a0.x + u2f((q0 >> 8) & 15) * a0.y +
-                             u2f((q0 >> 16) & 15) * a0.z + u2f((q0 >> 24) & 15) * a0.w +
-                             u2f(q1 & 15) * a1.x + u2f((q1 >> 8) & 15) * a1.y +
-                             u2f((q1 >> 16) & 15) * a1.z + u2f((q1 >> 24) & 15) * a1.w;
-            const float hi = u2f((q0 >> 4) & 15) * b0.x + u2f((q0 >> 12) & 15) * b0.y +
-                             u2f((q0 >> 20) & 15) * b0.z + u2f((q0 >> 28) & 15) * b0.w +
-                             u2f((q1 >> 4) & 15) * b1.x + u2f((q1 >> 12) & 15) * b1.y +
-                             u2f((q1 >> 20) & 15) * b1.z + u2f((q1 >> 28) & 15) * b1.w;
-            const float slo = a0.x + a0.y + a0.z + a0.w + a1.x + a1.y + a1.z + a1.w;
-            const float shi = b0.x + b0.y + b0.z + b0.w + b1.x + b1.y + b1.z + b1.w;
-            acc[t] += d * (sc1 * lo + sc2 * hi) - dmin * (m1 * slo + m2 * shi);
+        for (int u = 0; u < MV_U; ++u) {
+            const int ib = ib0 + 2 * u;
+            if (ib < nb) {
+                const u8* b = w + (u64)ib * 144;
+                dd[u] = ld_u32(b);
+                s0[u] = ld_u32(b + 4);
+                s1[u] = ld_u32(b + 8);
+                s2[u] = ld_u32(b + 12);
+                const u8* q = b + 16 + 32 * c + 8 * i;
+                q0[u] = ld_u32(q);
+                q1[u] = ld_u32(q + 4);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < MV_U; ++u) {
+            const int ib = ib0 + 2 * u;
+            if (ib >= nb) break;
+            const float d = h2f((u16)(dd[u] & 0xffff)), dmin = h2f((u16)(dd[u] >> 16));
+            float sc1, m1, sc2, m2;
+            scale_min_k4(2 * c, s0[u], s1[u], s2[u], &sc1, &m1);
+            scale_min_k4(2 * c + 1, s0[u], s1[u], s2[u], &sc2, &m2);
+            const u32 qa = q0[u], qb = q1[u];
+            const int e0 = ib * 256 + 64 * c + 8 * i;
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                if (t >= T) break;
+                const float* xl = x + (u64)t * n + e0;
+                const float4 a0 = ld_f4(xl), a1 = ld_f4(xl + 4), b0 = ld_f4(xl + 32), b1 = ld_f4(xl + 36);
+                const float lo = u2f(qa & 15) * a0.x + u2f((qa >> 8) & 15) * a0.y +
+                                 u2f((qa >> 16) & 15) * a0.z + u2f((qa >> 24) & 15) * a0.w +
+                                 u2f(qb & 15) * a1.x + u2f((qb >> 8) & 15) * a1.y +
+                                 u2f((qb >> 16) & 15) * a1.z + u2f((qb >> 24) & 15) * a1.w;
+                const float hi = u2f((qa >> 4) & 15) * b0.x + u2f((qa >> 12) & 15) * b0.y +
+                                 u2f((qa >> 20) & 15) * b0.z + u2f((qa >> 28) & 15) * b0.w +
+                                 u2f((qb >> 4) & 15) * b1.x + u2f((qb >> 12) & 15) * b1.y +
+                                 u2f((qb >> 20) & 15) * b1.z + u2f((qb >> 28) & 15) * b1.w;
+                const float slo = a0.x + a0.y + a0.z + a0.w + a1.x + a1.y + a1.z + a1.w;
+                const float shi = b0.x + b0.y + b0.z + b0.w + b1.x + b1.y + b1.z + b1.w;
+                acc[t] += d * (sc1 * lo + sc2 * hi) - dmin * (m1 * slo + m2 * shi);
+            }
         }
     }
 }
@@ -69,81 +104,119 @@ template <int NT>
 __device__ __forceinline__ void lane_q5_k(const u8* w, int nb, const float* x, int n, int T, float* acc) {
     const int lane = threadIdx.x & 31;
     const int half = lane >> 4, l16 = lane & 15, c = l16 >> 2, i = l16 & 3;
-    for (int ib = half; ib < nb; ib += 2) {
-        const u8* b = w + (u64)ib * 176;
-        const u32 dd = ld_u32(b);
-        const float d = h2f((u16)(dd & 0xffff)), dmin = h2f((u16)(dd >> 16));
-        float sc1, m1, sc2, m2;
-        scale_min_k4(2 * c, b + 4, &sc1, &m1);
-        scale_min_k4(2 * c + 1, b + 4, &sc2, &m2);
-        const u8* q = b + 48 + 32 * c + 8 * i;
-        const u32 q0 = ld_u32(q), q1 = ld_u32(q + 4);
-        const u8* hp = b + 16 + 8 * i;
-        const u32 h0 = ld_u32(hp), h1 = ld_u32(hp + 4);
-        float vlo[8], vhi[8];
+    for (int ib0 = half; ib0 < nb; ib0 += 2 * MV_U) {
+        u32 dd[MV_U], s0[MV_U], s1[MV_U], s2[MV_U], q0[MV_U], q1[MV_U], h0[MV_U], h1[MV_U];
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            const u32 qa = q0 >> (8 * k), qb = q1 >> (8 * k);
-            const u32 ha = h0 >> (8 * k), hb = h1 >> (8 * k);
-            vlo[k] = u2f((qa & 15) | (((ha >> (2 * c)) & 1) << 4));
-            vlo[k + 4] = u2f((qb & 15) | (((hb >> (2 * c)) & 1) << 4));
-            vhi[k] = u2f(((qa >> 4) & 15) | (((ha >> (2 * c + 1)) & 1) << 4));
-            vhi[k + 4] = u2f(((qb >> 4) & 15) | (((hb >> (2 * c + 1)) & 1) << 4));
+        for (int u = 0; u < MV_U; ++u) {
+            const int ib = ib0 + 2 * u;
+            if (ib < nb) {
+                const u8* b = w + (u64)ib * 176;
+                dd[u] = ld_u32(b);
+                s0[u] = ld_u32(b + 4);
+                s1[u] = ld_u32(b + 8);
+                s2[u] = ld_u32(b + 12);
+                const u8* q = b + 48 + 32 * c + 8 * i;
+                q0[u] = ld_u32(q);
+                q1[u] = ld_u32(q + 4);
+                const u8* hp = b + 16 + 8 * i;
+                h0[u] = ld_u32(hp);
+                h1[u] = ld_u32(hp + 4);
+            }
         }
-        const int e0 = ib * 256 + 64 * c + 8 * i;
 #pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            if (t >= T) break;
-            const float* xl = x + (u64)t * n + e0;
-            const float4 a0 = ld_f4(xl), a1 = ld_f4(xl + 4), b0 = ld_f4(xl + 32), b1 = ld_f4(xl + 36);
-            const float lo = vlo[0] * a0.x + vlo[1] * a0.y + vlo[2] * a0.z + vlo[3] * a0.w +
-                             vlo[4] * a1.x + vlo[5] * a1.y + vlo[6] * a1.z + vlo[7] * a1.w;
-            const float hi = vhi[0] * b0.x + vhi[1] * b0.y + vhi[2] * b0.z + vhi[3] * b0.w +
-                             vhi[4] * b1.x + vhi[5] * b1.y + vhi[6] * b1.z + vhi[7] * b1.w;
-            const float slo = a0.x + a0.y + a0.z + a0.w + a1.x + a1.y + a1.z + a1.w;
-            const float shi = b0.x + b0.y + b0.z + b0.w + b1.x + b1.y + b1.z + b1.w;
-            acc[t] += d * (sc1 * lo + sc2 * hi) - dmin * (m1 * slo + m2 * shi);
+        for (int u = 0; u < MV_U; ++u) {
+            const int ib = ib0 + 2 * u;
+            if (ib >= nb) break;
+            const float d = h2f((u16)(dd[u] & 0xffff)), dmin = h2f((u16)(dd[u] >> 16));
+            float sc1, m1, sc2, m2;
+            scale_min_k4(2 * c, s0[u], s1[u], s2[u], &sc1, &m1);
+            scale_min_k4(2 * c + 1, s0[u], s1[u], s2[u], &sc2, &m2);
+            float vlo[8], vhi[8];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const u32 qa = q0[u] >> (8 * k), qb = q1[u] >> (8 * k);
+                const u32 ha = h0[u] >> (8 * k), hb = h1[u] >> (8 * k);
+                vlo[k] = u2f((qa & 15) | (((ha >> (2 * c)) & 1) << 4));
+                vlo[k + 4] = u2f((qb & 15) | (((hb >> (2 * c)) & 1) << 4));
+                vhi[k] = u2f(((qa >> 4) & 15) | (((ha >> (2 * c + 1)) & 1) << 4));
+                vhi[k + 4] = u2f(((qb >> 4) & 15) | (((hb >> (2 * c + 1)) & 1) << 4));
+            }
+            const int e0 = ib * 256 + 64 * c + 8 * i;
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                if (t >= T) break;
+                const float* xl = x + (u64)t * n + e0;
+                const float4 a0 = ld_f4(xl), a1 = ld_f4(xl + 4), b0 = ld_f4(xl + 32), b1 = ld_f4(xl + 36);
+                const float lo = vlo[0] * a0.x + vlo[1] * a0.y + vlo[2] * a0.z + vlo[3] * a0.w +
+                                 vlo[4] * a1.x + vlo[5] * a1.y + vlo[6] * a1.z + vlo[7] * a1.w;
+                const float hi = vhi[0] * b0.x + vhi[1] * b0.y + vhi[2] * b0.z + vhi[3] * b0.w +
+                                 vhi[4] * b1.x + vhi[5] * b1.y + vhi[6] * b1.z + vhi[7] * b1.w;
+                const float slo = a0.x + a0.y + a0.z + a0.w + a1.x + a1.y + a1.z + a1.w;
+                const float shi = b0.x + b0.y + b0.z + b0.w + b1.x + b1.y + b1.z + b1.w;
+                acc[t] += d * (sc1 * lo + sc2 * hi) - dmin * (m1 * slo + m2 * shi);
+            }
         }
     }
 }
 
 // Q6_K: 210-byte super-blocks: ql[128], qh[64], scales[16] (int8), d (f16). Half a warp per
 // super-block: lane l16 = 8h+j takes l in [4j, 4j+4) of half h, i.e. elements 128h + 32k + l for
-// k = 0..3 (sub-block 8h + 2k + j/4). Blocks are only 2-byte aligned, so bytes are loaded singly.
+// k = 0..3 (sub-block 8h + 2k + j/4). Blocks are only 2-byte aligned, so words are loaded as
+// 16-bit pairs; the lane's four scales are byte j/4 of the 16-bit words at 192 + 8h + 2k.
 template <int NT>
 __device__ __forceinline__ void lane_q6_k(const u8* w, int nb, const float* x, int n, int T, float* acc) {
     const int lane = threadIdx.x & 31;
-    const int half = lane >> 4, l16 = lane & 15, h = l16 >> 3, j = l16 & 7;
-    for (int ib = half; ib < nb; ib += 2) {
-        const u8* b = w + (u64)ib * 210;
-        const float d = h2f(ld_u16(b + 208));
-        const u8* ql = b + 64 * h + 4 * j;
-        const u8* qh = b + 128 + 32 * h + 4 * j;
-        const i8* sc = (const i8*)(b + 192) + 8 * h + (j >> 2);
-        float v[4][4];
+    const int half = lane >> 4, l16 = lane & 15, h = l16 >> 3, j = l16 & 7, sb = 8 * (j >> 2);
+    for (int ib0 = half; ib0 < nb; ib0 += 2 * MV_U) {
+        u32 la[MV_U], lb[MV_U], hh[MV_U], sa[MV_U], sbw[MV_U];
+        u16 dh[MV_U];
 #pragma unroll
-        for (int m = 0; m < 4; ++m) {
-            const u32 la = ql[m], lb = ql[32 + m], hh = qh[m];
-            v[0][m] = u2f_off((la & 15) | ((hh & 3) << 4), 32.0f);
-            v[1][m] = u2f_off((lb & 15) | (((hh >> 2) & 3) << 4), 32.0f);
-            v[2][m] = u2f_off((la >> 4) | (((hh >> 4) & 3) << 4), 32.0f);
-            v[3][m] = u2f_off((lb >> 4) | (((hh >> 6) & 3) << 4), 32.0f);
-        }
-        float s[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) s[k] = u2f_off((u32)((u8)sc[2 * k] ^ 0x80), 128.0f); // int8 + 128, minus 128
-        const int e0 = ib * 256 + 128 * h + 4 * j;
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            if (t >= T) break;
-            const float* xl = x + (u64)t * n + e0;
-            float sum = 0.0f;
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float4 a = ld_f4(xl + 32 * k);
-                sum += s[k] * (v[k][0] * a.x + v[k][1] * a.y + v[k][2] * a.z + v[k][3] * a.w);
+        for (int u = 0; u < MV_U; ++u) {
+            const int ib = ib0 + 2 * u;
+            if (ib < nb) {
+                const u8* b = w + (u64)ib * 210;
+                const u8* ql = b + 64 * h + 4 * j;
+                la[u] = ld_u16x2(ql);
+                lb[u] = ld_u16x2(ql + 32);
+                hh[u] = ld_u16x2(b + 128 + 32 * h + 4 * j);
+                sa[u] = ld_u16x2(b + 192 + 8 * h);     // scale words k = 0, 1
+                sbw[u] = ld_u16x2(b + 192 + 8 * h + 4); // k = 2, 3
+                dh[u] = ld_u16(b + 208);
             }
-            acc[t] += d * sum;
+        }
+#pragma unroll
+        for (int u = 0; u < MV_U; ++u) {
+            const int ib = ib0 + 2 * u;
+            if (ib >= nb) break;
+            const float d = h2f(dh[u]);
+            float v[4][4];
+#pragma unroll
+            for (int m = 0; m < 4; ++m) {
+                const u32 a = byte_of(la[u], m), bb = byte_of(lb[u], m), q = byte_of(hh[u], m);
+                v[0][m] = u2f_off((a & 15) | ((q & 3) << 4), 32.0f);
+                v[1][m] = u2f_off((bb & 15) | (((q >> 2) & 3) << 4), 32.0f);
+                v[2][m] = u2f_off((a >> 4) | (((q >> 4) & 3) << 4), 32.0f);
+                v[3][m] = u2f_off((bb >> 4) | (((q >> 6) & 3) << 4), 32.0f);
+            }
+            float s[4];
+            // int8 scale + 128, minus 128
+            s[0] = u2f_off(((sa[u] >> sb) & 255) ^ 0x80, 128.0f);
+            s[1] = u2f_off(((sa[u] >> (16 + sb)) & 255) ^ 0x80, 128.0f);
+            s[2] = u2f_off(((sbw[u] >> sb) & 255) ^ 0x80, 128.0f);
+            s[3] = u2f_off(((sbw[u] >> (16 + sb)) & 255) ^ 0x80, 128.0f);
+            const int e0 = ib * 256 + 128 * h + 4 * j;
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                if (t >= T) break;
+                const float* xl = x + (u64)t * n + e0;
+                float sum = 0.0f;
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    const float4 a = ld_f4(xl + 32 * k);
+                    sum += s[k] * (v[k][0] * a.x + v[k][1] * a.y + v[k][2] * a.z + v[k][3] * a.w);
+                }
+                acc[t] += d * sum;
+            }
         }
     }
 }
@@ -153,21 +226,39 @@ template <int NT>
 __device__ __forceinline__ void lane_q8_0(const u8* w, int nb, const float* x, int n, int T, float* acc) {
     const int lane = threadIdx.x & 31;
     const int sub = lane >> 2, part = lane & 3;
-    for (int ib = sub; ib < nb; ib += 8) {
-        const u8* b = w + (u64)ib * 34;
-        const float d = h2f(ld_u16(b));
-        const u8* q = b + 2 + 8 * part;
-        float v[8];
+    for (int ib0 = sub; ib0 < nb; ib0 += 8 * MV_U) {
+        u32 qa[MV_U], qb[MV_U];
+        u16 dh[MV_U];
 #pragma unroll
-        for (int k = 0; k < 8; ++k) v[k] = u2f_off((u32)(q[k] ^ 0x80), 128.0f); // int8 + 128, minus 128
-        const int e0 = ib * 32 + 8 * part;
+        for (int u = 0; u < MV_U; ++u) {
+            const int ib = ib0 + 8 * u;
+            if (ib < nb) {
+                const u8* b = w + (u64)ib * 34;
+                dh[u] = ld_u16(b);
+                qa[u] = ld_u16x2(b + 2 + 8 * part);
+                qb[u] = ld_u16x2(b + 6 + 8 * part);
+            }
+        }
 #pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            if (t >= T) break;
-            const float* xl = x + (u64)t * n + e0;
-            const float4 a0 = ld_f4(xl), a1 = ld_f4(xl + 4);
-            acc[t] += d * (v[0] * a0.x + v[1] * a0.y + v[2] * a0.z + v[3] * a0.w +
-                           v[4] * a1.x + v[5] * a1.y + v[6] * a1.z + v[7] * a1.w);
+        for (int u = 0; u < MV_U; ++u) {
+            const int ib = ib0 + 8 * u;
+            if (ib >= nb) break;
+            const float d = h2f(dh[u]);
+            float v[8];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                v[k] = u2f_off(byte_of(qa[u], k) ^ 0x80, 128.0f); // int8 + 128, minus 128
+                v[k + 4] = u2f_off(byte_of(qb[u], k) ^ 0x80, 128.0f);
+            }
+            const int e0 = ib * 32 + 8 * part;
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                if (t >= T) break;
+                const float* xl = x + (u64)t * n + e0;
+                const float4 a0 = ld_f4(xl), a1 = ld_f4(xl + 4);
+                acc[t] += d * (v[0] * a0.x + v[1] * a0.y + v[2] * a0.z + v[3] * a0.w +
+                               v[4] * a1.x + v[5] * a1.y + v[6] * a1.z + v[7] * a1.w);
+            }
         }
     }
 }
@@ -178,24 +269,39 @@ template <int NT>
 __device__ __forceinline__ void lane_q4_0(const u8* w, int nb, const float* x, int n, int T, float* acc) {
     const int lane = threadIdx.x & 31;
     const int sub = lane >> 2, part = lane & 3;
-    for (int ib = sub; ib < nb; ib += 8) {
-        const u8* b = w + (u64)ib * 18;
-        const float d = h2f(ld_u16(b));
-        const u8* q = b + 2 + 4 * part;
-        float lo[4], hi[4];
+    for (int ib0 = sub; ib0 < nb; ib0 += 8 * MV_U) {
+        u32 qw[MV_U];
+        u16 dh[MV_U];
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            lo[k] = u2f_off(q[k] & 15, 8.0f);
-            hi[k] = u2f_off(q[k] >> 4, 8.0f);
+        for (int u = 0; u < MV_U; ++u) {
+            const int ib = ib0 + 8 * u;
+            if (ib < nb) {
+                const u8* b = w + (u64)ib * 18;
+                dh[u] = ld_u16(b);
+                qw[u] = ld_u16x2(b + 2 + 4 * part);
+            }
         }
-        const int e0 = ib * 32 + 4 * part;
 #pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            if (t >= T) break;
-            const float* xl = x + (u64)t * n + e0;
-            const float4 a = ld_f4(xl), c = ld_f4(xl + 16);
-            acc[t] += d * (lo[0] * a.x + lo[1] * a.y + lo[2] * a.z + lo[3] * a.w +
-                           hi[0] * c.x + hi[1] * c.y + hi[2] * c.z + hi[3] * c.w);
+        for (int u = 0; u < MV_U; ++u) {
+            const int ib = ib0 + 8 * u;
+            if (ib >= nb) break;
+            const float d = h2f(dh[u]);
+            float lo[4], hi[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const u32 q = byte_of(qw[u], k);
+                lo[k] = u2f_off(q & 15, 8.0f);
+                hi[k] = u2f_off(q >> 4, 8.0f);
+            }
+            const int e0 = ib * 32 + 4 * part;
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                if (t >= T) break;
+                const float* xl = x + (u64)t * n + e0;
+                const float4 a = ld_f4(xl), c = ld_f4(xl + 16);
+                acc[t] += d * (lo[0] * a.x + lo[1] * a.y + lo[2] * a.z + lo[3] * a.w +
+                               hi[0] * c.x + hi[1] * c.y + hi[2] * c.z + hi[3] * c.w);
+            }
         }
     }
 }
