@@ -150,10 +150,10 @@ func (d *Device) deltaRule(out, qkv, beta, g, state Buffer, T int, s DeltaNetSha
 			return err
 		}
 	}
-	grid, block := dim3{uint32(s.NVHeads), 1, 1}, dim3{uint32(s.DState), 1, 1}
+	grid, block := dim3{uint32(s.NVHeads), 1, 1}, dim3{uint32(drSplit * s.DState), 1, 1}
 	k := kDeltaRule
 	if chunked {
-		k = kDeltaRuleChunked
+		k, block = kDeltaRuleChunked, dim3{uint32(s.DState), 1, 1}
 	}
 	return d.do(func() error {
 		return d.launch(k, grid, block, argPtr(qkv.ptr), argPtr(beta.ptr), argPtr(g.ptr), argPtr(state.ptr), argPtr(out.ptr),

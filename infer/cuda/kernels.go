@@ -85,12 +85,13 @@ const (
 const (
 	mvWarps        = 4    // MV_WARPS: rows (warps) per matvec block
 	mvMaxT         = 8    // MV_MAX_T: activation rows per batched matvec launch
-	attnThreads    = 256  // ATTN_THREADS
+	attnThreads    = 512  // ATTN_THREADS
 	attnMaxHeadDim = 256  // ATTN_MAX_HD
 	moeThreads     = 256  // MOE_THREADS
 	moeMaxExperts  = 1024 // MOE_MAX_EXPERTS
 	moeMaxK        = 64   // MOE_MAX_K
 	drMaxDState    = 256  // DR_MAX_DS: the delta rule's largest head size
+	drSplit        = 4    // DR_SPLIT: threads per state column of the recurrent delta rule
 	drChunk        = 16   // DR_CHUNK: tokens per chunk of tq_delta_rule_chunked
 	rowThreads     = 256  // block size of the row-wise and element-wise kernels
 )

@@ -80,7 +80,7 @@ func TestLaunchGeometry(t *testing.T) {
 		{"elem capped", shapeOf(elemGeometry(1 << 30)), shape{dim3{1 << 16, 1, 1}, dim3{256, 1, 1}}},
 		{"rows×cols", shapeOf(rowsByColsGeometry(1024, 3)), shape{dim3{4, 3, 1}, dim3{256, 1, 1}}},
 		{"rope", shapeOf(ropeGeometry(32, 5, 128)), shape{dim3{32, 5, 1}, dim3{64, 1, 1}}},
-		{"attn", shapeOf(attnGeometry(40, 2)), shape{dim3{40, 2, 1}, dim3{256, 1, 1}}},
+		{"attn", shapeOf(attnGeometry(40, 2)), shape{dim3{40, 2, 1}, dim3{512, 1, 1}}},
 		{"moe", shapeOf(moeGeometry(9)), shape{dim3{9, 1, 1}, dim3{256, 1, 1}}},
 	}
 	for _, c := range cases {

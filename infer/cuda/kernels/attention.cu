@@ -7,15 +7,20 @@
 // before they weight the values (a q8_0 value cache takes them unrounded, dequantizing each row).
 #include "common.cuh"
 
-#define ATTN_THREADS 256
+#define ATTN_THREADS 512
 #define ATTN_MAX_HD 256
 #define KV_F16 1
 #define KV_Q8_0 8
+// AT_KEYS: keys a warp scores per pass; AT_ROWS: value rows a thread loads per pass.
+#define AT_KEYS 4
+#define AT_ROWS 8
 
-// kv_at returns element e of a cache row of type t (KV_F16: halves; KV_Q8_0: 34-byte blocks of an
-// f16 scale and 32 int8 values).
-__device__ __forceinline__ float kv_at(const u8* row, int t, int e) {
-    if (t == KV_Q8_0) {
+// kv_at returns element e of a cache row of type KT (KV_F16: halves; KV_Q8_0: 34-byte blocks of
+// an f16 scale and 32 int8 values). The type is a template parameter so that the attention loops
+// are branch-free and their loads can be issued together.
+template <int KT>
+__device__ __forceinline__ float kv_at(const u8* row, int e) {
+    if (KT == KV_Q8_0) {
         const u8* b = row + (u64)(e >> 5) * 34;
         return h2f(ld_u16(b)) * (float)(i8)b[2 + (e & 31)];
     }
@@ -32,25 +37,19 @@ __device__ __forceinline__ u64 kv_row_bytes(int t, int n) { return t == KV_Q8_0 
 // KV_Q8_0; q8_0 needs hd % 32 == 0); scores is scratch of T*nhead*ctx floats. Requires hd <= 256,
 // nhead % nkv == 0, pos0+T <= ctx. A non-null posp replaces pos0 by *posp (a recorded graph
 // replayed at later positions); outside [0, ctx - T] nothing is written. Launch: grid = (nhead,
-// T), block = 256.
-extern "C" __global__ void tq_attn(const float* q, const u8* kc, const u8* vc, float* out, float* scores,
-                                   int T, int pos0, int nhead, int nkv, int hd, int ctx, float scale, int kt, int vt,
-                                   const int* posp) {
-    __shared__ float qs[ATTN_MAX_HD];
-    __shared__ float red[ATTN_THREADS];
-    __shared__ float sh[32];
+// T), block = ATTN_THREADS (512: 16 warps score keys, and with hd = 128 four groups of threads
+// share the positions of the output sum).
+template <int KT, int VT>
+__device__ __forceinline__ void attn(const float* q, const u8* kc, const u8* vc, float* out, float* scores, int T,
+                                     int pos0, int nhead, int nkv, int hd, int ctx, float scale, float* qs, float* red,
+                                     float* sh) {
     const int h = blockIdx.x, t = blockIdx.y;
-    if (h >= nhead || t >= T) return; // uniform for the block
-    if (posp) {
-        pos0 = *posp;
-        if (pos0 < 0 || pos0 > ctx - T) return; // uniform for the launch
-    }
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
     const int g = h / (nhead / nkv);
     const int L = pos0 + t + 1;
-    const u64 krow = kv_row_bytes(kt, nkv * hd), vrow = kv_row_bytes(vt, nkv * hd);
+    const u64 krow = kv_row_bytes(KT, nkv * hd), vrow = kv_row_bytes(VT, nkv * hd);
     const float* qh = q + ((u64)t * nhead + h) * hd;
-    if (kt == KV_Q8_0) {
+    if (KT == KV_Q8_0) {
         // q8_0 blocks of the query head: d = amax/127, q = round(x/d), value q·f16(d)
         float v = 0.0f;
         if (tid < hd) {
@@ -68,15 +67,35 @@ extern "C" __global__ void tq_attn(const float* q, const u8* kc, const u8* vc, f
     __syncthreads();
     float* sc = scores + ((u64)t * nhead + h) * ctx;
 
-    // Scores: one warp per key position.
+    // Scores: one warp per key position, AT_KEYS keys per pass with all their loads issued first
+    // (lane i holds elements i, i+32, ... of the head: at most ATTN_MAX_HD/32).
     float mx = -3.402823466e38f;
-    for (int u = warp; u < L; u += nwarps) {
-        const u8* kr = kc + (u64)u * krow;
-        float d = 0.0f;
-        for (int i = lane; i < hd; i += 32) d += qs[i] * kv_at(kr, kt, g * hd + i);
-        d = warp_sum(d) * scale;
-        if (lane == 0) sc[u] = d;
-        mx = fmaxf(mx, d);
+    for (int u0 = warp; u0 < L; u0 += AT_KEYS * nwarps) {
+        float kv[AT_KEYS][ATTN_MAX_HD / 32];
+#pragma unroll
+        for (int m = 0; m < AT_KEYS; ++m) {
+            const int u = u0 + m * nwarps;
+            const u8* kr = kc + (u64)u * krow;
+#pragma unroll
+            for (int c = 0; c < ATTN_MAX_HD / 32; ++c) {
+                const int i = lane + 32 * c;
+                kv[m][c] = u < L && i < hd ? kv_at<KT>(kr, g * hd + i) : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < AT_KEYS; ++m) {
+            const int u = u0 + m * nwarps;
+            if (u >= L) break; // uniform for the warp
+            float d = 0.0f;
+#pragma unroll
+            for (int c = 0; c < ATTN_MAX_HD / 32; ++c) {
+                const int i = lane + 32 * c;
+                if (i < hd) d += qs[i] * kv[m][c];
+            }
+            d = warp_sum(d) * scale;
+            if (lane == 0) sc[u] = d;
+            mx = fmaxf(mx, d);
+        }
     }
     mx = block_max(mx, sh); // includes a barrier: the scores above are visible from here on
 
@@ -95,9 +114,22 @@ extern "C" __global__ void tq_attn(const float* q, const u8* kc, const u8* vc, f
     const int grp = tid / hd, i = tid - grp * hd;
     float a = 0.0f;
     if (grp < ng) {
-        for (int u = grp; u < L; u += ng) {
-            const float p = vt == KV_F16 ? h2f(f2h(sc[u] * inv)) : sc[u] * inv;
-            a += p * kv_at(vc + (u64)u * vrow, vt, g * hd + i);
+        // AT_ROWS positions' probabilities and values loaded before any is used, then added in
+        // position order.
+        for (int u0 = grp; u0 < L; u0 += AT_ROWS * ng) {
+            float pv[AT_ROWS], vv[AT_ROWS];
+#pragma unroll
+            for (int m = 0; m < AT_ROWS; ++m) {
+                const int u = u0 + m * ng;
+                pv[m] = u < L ? sc[u] : 0.0f;
+                vv[m] = u < L ? kv_at<VT>(vc + (u64)u * vrow, g * hd + i) : 0.0f;
+            }
+#pragma unroll
+            for (int m = 0; m < AT_ROWS; ++m) {
+                if (u0 + m * ng >= L) break;
+                const float p = VT == KV_F16 ? h2f(f2h(pv[m] * inv)) : pv[m] * inv;
+                a += p * vv[m];
+            }
         }
     }
     red[tid] = a;
@@ -106,5 +138,25 @@ extern "C" __global__ void tq_attn(const float* q, const u8* kc, const u8* vc, f
         float o = red[i];
         for (int j = 1; j < ng; ++j) o += red[j * hd + i];
         out[((u64)t * nhead + h) * hd + i] = o;
+    }
+}
+
+extern "C" __global__ void tq_attn(const float* q, const u8* kc, const u8* vc, float* out, float* scores,
+                                   int T, int pos0, int nhead, int nkv, int hd, int ctx, float scale, int kt, int vt,
+                                   const int* posp) {
+    __shared__ float qs[ATTN_MAX_HD];
+    __shared__ float red[ATTN_THREADS];
+    __shared__ float sh[32];
+    if ((int)blockIdx.x >= nhead || (int)blockIdx.y >= T) return; // uniform for the block
+    if (posp) {
+        pos0 = *posp;
+        if (pos0 < 0 || pos0 > ctx - T) return; // uniform for the launch
+    }
+    if (kt == KV_Q8_0) {
+        if (vt == KV_Q8_0) attn<KV_Q8_0, KV_Q8_0>(q, kc, vc, out, scores, T, pos0, nhead, nkv, hd, ctx, scale, qs, red, sh);
+        else attn<KV_Q8_0, KV_F16>(q, kc, vc, out, scores, T, pos0, nhead, nkv, hd, ctx, scale, qs, red, sh);
+    } else {
+        if (vt == KV_Q8_0) attn<KV_F16, KV_Q8_0>(q, kc, vc, out, scores, T, pos0, nhead, nkv, hd, ctx, scale, qs, red, sh);
+        else attn<KV_F16, KV_F16>(q, kc, vc, out, scores, T, pos0, nhead, nkv, hd, ctx, scale, qs, red, sh);
     }
 }

@@ -65,46 +65,93 @@ extern "C" __global__ void tq_deltanet_gates(float* b, float* a, const float* dt
     }
 }
 
+// DR_SPLIT is the threads per state column of tq_delta_rule, DR_BATCH the state elements a
+// thread loads before it uses any (loads in flight).
+#define DR_SPLIT 4
+#define DR_BATCH 8
+
 // tq_delta_rule runs the gated delta rule of value head h = blockIdx.x over T tokens. qkv holds T
 // rows of `stride` floats: kdim query values, kdim key values (L2-normalised heads of ds), then
 // the value heads; value head h reads key head h mod hk. beta and g hold T rows of hv. The state
 // of head h is S (ds×ds) stored column-major per head: st[h*ds*ds + a*ds + j] = S[a][j], so that
-// thread j's reads are coalesced. Per token: S ← e^g·S; δ_j = β·(v_j − Σ_a S[a][j]·k_a);
+// a warp's reads are coalesced. Per token: S ← e^g·S; δ_j = β·(v_j − Σ_a S[a][j]·k_a);
 // S[a][j] += k_a·δ_j; out_j = scale·Σ_a S[a][j]·q_a. out holds T rows of hv·ds.
-// Launch: grid = hv, block = ds (<= DR_MAX_DS).
+//
+// Column j is shared by DR_SPLIT threads p (thread p·ds + j takes the rows a ≡ p mod DR_SPLIT,
+// always the same ones), and each token reads the state once before writing it: with the old
+// state's sums Σ_a S[a][j]·k_a and Σ_a S[a][j]·q_a, δ_j = β·(v_j − e^g·Σ S·k) and
+// out_j = scale·(e^g·Σ S·q + δ_j·(k·q)), the same quantities as the definition above in another
+// order of rounding. Loads are issued DR_BATCH at a time, so a token costs a few memory round
+// trips instead of two per state row.
+// Launch: grid = hv, block = DR_SPLIT·ds (ds <= DR_MAX_DS).
 extern "C" __global__ void tq_delta_rule(const float* qkv, const float* beta, const float* g, float* st, float* out,
                                          int T, int ds, int hk, int hv, int stride, float scale) {
     __shared__ float kk[DR_MAX_DS];
     __shared__ float qq[DR_MAX_DS];
-    const int h = blockIdx.x, j = threadIdx.x;
+    __shared__ float rk[DR_SPLIT * DR_MAX_DS];
+    __shared__ float rq[DR_SPLIT * DR_MAX_DS];
+    const int h = blockIdx.x;
     if (h >= hv || ds > DR_MAX_DS) return; // uniform for the block
+    const int p = threadIdx.x / ds, j = threadIdx.x - p * ds;
+    const bool active = p < DR_SPLIT;
     const int kdim = hk * ds, kh = h % hk;
     float* S = st + (u64)h * ds * ds;
     for (int t = 0; t < T; ++t) {
         const float* row = qkv + (u64)t * stride;
-        __syncthreads(); // the previous token's k and q are no longer read
-        if (j < ds) {
+        __syncthreads(); // the previous token's k, q and partial sums are no longer read
+        if (p == 0) {
             qq[j] = row[kh * ds + j];
             kk[j] = row[kdim + kh * ds + j];
         }
         __syncthreads();
-        if (j < ds) {
-            const float decay = expf(g[(u64)t * hv + h]);
-            const float b = beta[(u64)t * hv + h];
-            float sk = 0.0f;
-            for (int a = 0; a < ds; ++a) {
-                const float s = S[(u64)a * ds + j] * decay;
-                S[(u64)a * ds + j] = s;
-                sk += s * kk[a];
+        float sk = 0.0f, sq = 0.0f;
+        if (active) {
+            for (int a0 = p; a0 < ds; a0 += DR_SPLIT * DR_BATCH) {
+                float sv[DR_BATCH];
+#pragma unroll
+                for (int m = 0; m < DR_BATCH; ++m) {
+                    const int a = a0 + m * DR_SPLIT;
+                    sv[m] = a < ds ? S[(u64)a * ds + j] : 0.0f;
+                }
+#pragma unroll
+                for (int m = 0; m < DR_BATCH; ++m) {
+                    const int a = a0 + m * DR_SPLIT;
+                    if (a < ds) {
+                        sk += sv[m] * kk[a];
+                        sq += sv[m] * qq[a];
+                    }
+                }
             }
-            const float delta = (row[2 * kdim + h * ds + j] - sk) * b;
-            float sq = 0.0f;
-            for (int a = 0; a < ds; ++a) {
-                const float s = S[(u64)a * ds + j] + kk[a] * delta;
-                S[(u64)a * ds + j] = s;
-                sq += s * qq[a];
+            rk[p * ds + j] = sk;
+            rq[p * ds + j] = sq;
+        }
+        __syncthreads();
+        if (!active) continue;
+        sk = rk[j];
+        sq = rq[j];
+#pragma unroll
+        for (int i = 1; i < DR_SPLIT; ++i) {
+            sk += rk[i * ds + j];
+            sq += rq[i * ds + j];
+        }
+        float kq = 0.0f;
+        for (int a = 0; a < ds; ++a) kq += kk[a] * qq[a];
+        const float decay = expf(g[(u64)t * hv + h]);
+        const float b = beta[(u64)t * hv + h];
+        const float delta = (row[2 * kdim + h * ds + j] - decay * sk) * b;
+        if (p == 0) out[(u64)t * hv * ds + h * ds + j] = scale * (decay * sq + delta * kq);
+        for (int a0 = p; a0 < ds; a0 += DR_SPLIT * DR_BATCH) {
+            float sv[DR_BATCH];
+#pragma unroll
+            for (int m = 0; m < DR_BATCH; ++m) {
+                const int a = a0 + m * DR_SPLIT;
+                sv[m] = a < ds ? S[(u64)a * ds + j] : 0.0f;
             }
-            out[(u64)t * hv * ds + h * ds + j] = sq * scale;
+#pragma unroll
+            for (int m = 0; m < DR_BATCH; ++m) {
+                const int a = a0 + m * DR_SPLIT;
+                if (a < ds) S[(u64)a * ds + j] = sv[m] * decay + kk[a] * delta;
+            }
         }
     }
 }

@@ -2,6 +2,9 @@
 // runner (package infer) operation by operation.
 #include "common.cuh"
 
+// RN_BATCH is the elements a thread of tq_rmsnorm loads before it uses any.
+#define RN_BATCH 8
+
 // tq_rmsnorm: y[r] = x[r] * (1/sqrt(mean(x[r]²) + eps)) * w for rows r < rows of n floats. w may be
 // null (no weight); y may alias x. Launch: grid.x = rows, block = 256.
 extern "C" __global__ void tq_rmsnorm(const float* x, const float* w, float* y, int n, int rows, float eps) {
@@ -10,13 +13,35 @@ extern "C" __global__ void tq_rmsnorm(const float* x, const float* w, float* y, 
     if (r >= rows) return; // uniform for the block
     const float* xr = x + (u64)r * n;
     float* yr = y + (u64)r * n;
+    const int nt = blockDim.x;
+    // Elements are loaded RN_BATCH per thread before any is used (y may alias x, so a load after a
+    // store would otherwise wait for it); each thread still adds its squares in index order.
     float s = 0.0f;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) s += xr[i] * xr[i];
+    for (int i0 = threadIdx.x; i0 < n; i0 += RN_BATCH * nt) {
+        float v[RN_BATCH];
+#pragma unroll
+        for (int m = 0; m < RN_BATCH; ++m) v[m] = i0 + m * nt < n ? xr[i0 + m * nt] : 0.0f;
+#pragma unroll
+        for (int m = 0; m < RN_BATCH; ++m) s += v[m] * v[m];
+    }
     s = block_sum(s, sh);
     const float scale = 1.0f / sqrtf(s / (float)n + eps);
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const float v = xr[i] * scale;
-        yr[i] = w ? v * w[i] : v;
+    for (int i0 = threadIdx.x; i0 < n; i0 += RN_BATCH * nt) {
+        float v[RN_BATCH], wv[RN_BATCH];
+#pragma unroll
+        for (int m = 0; m < RN_BATCH; ++m) {
+            const int i = i0 + m * nt;
+            v[m] = i < n ? xr[i] : 0.0f;
+            wv[m] = w && i < n ? w[i] : 1.0f;
+        }
+#pragma unroll
+        for (int m = 0; m < RN_BATCH; ++m) {
+            const int i = i0 + m * nt;
+            if (i < n) {
+                const float t = v[m] * scale;
+                yr[i] = w ? t * wv[m] : t;
+            }
+        }
     }
 }
 
