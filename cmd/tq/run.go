@@ -42,6 +42,7 @@ type runOptions struct {
 	cpuMoE                     bool
 	nCPUMoE                    int
 	cudaGraphs                 bool
+	cudaGraphsSet              bool // --cuda-graphs given (else a failed recording is silent)
 	verbose                    bool
 	cacheKSet, cacheVSet       bool // --cache-type-k/-v given (else the file's turboquant.kv_cache_dtype, else f16)
 }
@@ -76,10 +77,11 @@ memory, and printed in one line; --cpu-moe keeps every routed expert tensor on t
 compute in float32 without activation rounding and keep an f16 or q8_0 KV cache on the
 device; the Qwen3.5/3.6 hybrids (qwen35, qwen35moe) keep their Gated DeltaNet states there
 too. Models the GPU backend cannot run (weight types without a CUDA kernel, a KV cache other
-than f16 or q8_0) run on the CPU with one line saying why. --cuda-graphs records the GPU
-blocks' kernel launches of one generated token once and replays them as a CUDA graph for every
-later token (less host time per token; same kernels, same results on the emulator; not yet
-measured on a real GPU, so it is off by default).`,
+than f16 or q8_0) run on the CPU with one line saying why. The GPU blocks' kernel launches of
+one generated token are recorded once and replayed as a CUDA graph for every later token (same
+kernels and results, less launch time: 1.1-1.2x the decode speed on an H200);
+--cuda-graphs=false launches them one by one. Blocks whose experts stay on the CPU cannot be
+recorded and run kernel by kernel (said in one line with --cuda-graphs or --verbose).`,
 		Example: `  tq run model.gguf -p "The capital of France is" -n 32
   tq run model.gguf -p "Write a haiku about Go." --chat --temp 0.7 --seed 1
   tq run model.gguf -i --system "You are terse." --no-think
@@ -91,6 +93,7 @@ measured on a real GPU, so it is off by default).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.nglSet = cmd.Flags().Changed("n-gpu-layers") || cmd.Flags().Changed("ngl")
 			o.cacheKSet, o.cacheVSet = cmd.Flags().Changed("cache-type-k"), cmd.Flags().Changed("cache-type-v")
+			o.cudaGraphsSet = cmd.Flags().Changed("cuda-graphs")
 			if o.interactive {
 				_, err := runChat(cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], o, cmd.Flags().Changed("seed"))
 				return err
@@ -127,7 +130,7 @@ measured on a real GPU, so it is off by default).`,
 	f.StringVar(&o.vram, "vram", "", "GPU memory budget for the planned placement, e.g. 8GiB (default: the device's free memory)")
 	f.BoolVar(&o.cpuMoE, "cpu-moe", false, "keep every MoE expert tensor on the CPU (llama.cpp --cpu-moe)")
 	f.IntVar(&o.nCPUMoE, "n-cpu-moe", 0, "keep the routed experts of the first N blocks on the CPU (llama.cpp --n-cpu-moe; with a planned placement, at least N)")
-	f.BoolVar(&o.cudaGraphs, "cuda-graphs", false, "replay each generated token's GPU kernels as one recorded CUDA graph")
+	f.BoolVar(&o.cudaGraphs, "cuda-graphs", true, "replay each generated token's GPU kernels as one recorded CUDA graph (false: launch them one by one)")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "also say which backend was chosen when it is the CPU and no GPU was asked for")
 	rootCmd.AddCommand(cmd)
 	if len(os.Args) > 1 && slices.Contains(os.Args[1:], "run") {
@@ -282,7 +285,9 @@ func runRun(stdout, stderr io.Writer, path string, o *runOptions, seedSet bool) 
 		rm.placement.GraphSteps = steps
 		if gerr != nil {
 			rm.placement.GraphError = gerr.Error()
-			fmt.Fprintf(logw, "tq run: CUDA graphs not used: %v\n", gerr)
+			if o.cudaGraphsSet || o.verbose {
+				fmt.Fprintf(logw, "tq run: CUDA graphs not used: %v\n", gerr)
+			}
 		}
 	}
 	rss := peakRSS()

@@ -240,19 +240,32 @@ func TestRunGPUEmulatorHybrid(t *testing.T) {
 			t.Errorf("-ngl %d --n-cpu-moe %d --cpu-moe %v generated %q, the CPU FullPrecision run %q", c.ngl, c.nCPUMoE, c.cpuMoE, stdout, want)
 		}
 	}
-	// --cuda-graphs: the same text with every block on the device; with the experts on the host
-	// the recording fails once, one line says why, and the tokens come out of eager steps.
-	for _, cpuMoE := range []bool{false, true} {
+	// Graphs (tq run's default): the same text with every block on the device; with the experts
+	// on the host the recording fails once and the tokens come out of eager steps, with one line
+	// saying why only when --cuda-graphs was given.
+	for _, c := range []struct{ cpuMoE, set bool }{{false, true}, {true, true}, {true, false}} {
 		o := plain()
-		o.ngl, o.nglSet, o.cpuMoE, o.cudaGraphs = 5, true, cpuMoE, true
+		o.ngl, o.nglSet, o.cpuMoE, o.cudaGraphs, o.cudaGraphsSet = 5, true, c.cpuMoE, true, c.set
 		stdout, stderr, err := runCapture(t, model, o)
 		if err != nil {
 			t.Fatalf("%v\n%s", err, stderr)
 		}
 		notUsed := strings.Contains(stderr, "tq run: CUDA graphs not used: cuda: operation not allowed while a graph is recorded")
-		if notUsed != cpuMoE || !cpuMoE && stdout != want+"\n" {
-			t.Errorf("--cuda-graphs --cpu-moe %v: generated %q (CPU FullPrecision %q), stderr\n%s", cpuMoE, stdout, want, stderr)
+		if notUsed != (c.cpuMoE && c.set) || !c.cpuMoE && stdout != want+"\n" || strings.TrimSpace(stdout) == "" {
+			t.Errorf("--cuda-graphs (given %v) --cpu-moe %v: generated %q (CPU FullPrecision %q), stderr\n%s", c.set, c.cpuMoE, stdout, want, stderr)
 		}
 	}
 	t.Logf("greedy text on the device, identical to the CPU FullPrecision run: %q", want)
+}
+
+// TestRunCUDAGraphsDefault: tq run replays recorded CUDA graphs unless --cuda-graphs=false.
+func TestRunCUDAGraphsDefault(t *testing.T) {
+	c, _, err := rootCmd.Find([]string{"run"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := c.Flags().Lookup("cuda-graphs")
+	if f == nil || f.DefValue != "true" {
+		t.Fatalf("--cuda-graphs: %+v, want a flag defaulting to true", f)
+	}
 }
