@@ -29,9 +29,11 @@
 #                                               model, % of copy bandwidth, speed-up over the CPU
 #   infer.test -test.bench GPUDecodeHybrid -benchtime 32x   the same for a 2.4 GB qwen35moe with
 #                                               the 35B-A3B block layout in the turboquant types
-#                                               (GB/s of the weights one token reads)
-#   bin/tq run on a Q8_0 conversion of testdata/verify/toolmodel, auto (GPU), auto with
-#                                               --cuda-graphs, and --backend cpu
+#                                               (GB/s of the weights one token reads); both decode
+#                                               benchmarks then print a launch profile of 8 eager
+#                                               steps (TQ_GPU_PROFILE=1: time per kernel and shape)
+#   bin/tq run on a Q8_0 conversion of testdata/verify/toolmodel, auto (GPU, graphs), auto with
+#                                               --cuda-graphs=false, and --backend cpu
 # Logs go to $OUT/gpu-check/ when OUT is set, else build/gpu-check/: env.txt, tests.log,
 # bench.log, infer-tests.log, infer-bench.log, tq-run.log, summary.txt. Exit status 0 only if
 # the build (when done), every test and tq run passed.
@@ -74,7 +76,8 @@ unpack() {
 }
 
 # tqrun runs bin/tq on a Q8_0 conversion of the trained tool-calling test model with the default
-# backend (auto: the GPU, placement planned) and with --backend cpu, and compares the greedy text.
+# backend (auto: the GPU, placement planned, recorded CUDA graphs), with --cuda-graphs=false (kernel
+# by kernel) and with --backend cpu, and compares the greedy texts.
 tqrun() {
 	local dir rc=0
 	dir=$(mktemp -d)
@@ -86,13 +89,13 @@ tqrun() {
 	local args=(run "$dir/tool.gguf" --tools testdata/demo/tools-weather.json -p "What's the weather like in Lisbon right now?" -n 64 --temp 0)
 	timeout 20 bin/tq "${args[@]}" >"$dir/gpu.txt" || { echo "tq run: FAILED (exit $?): GPU run"; rc=1; }
 	timeout 20 bin/tq "${args[@]}" --json | grep -E '"(device|backend|gpu_layers|output_on_gpu|ngl|gen_tok_s|prompt_tok_s)"'
-	timeout 20 bin/tq "${args[@]}" --cuda-graphs >"$dir/graphs.txt" || { echo "tq run: FAILED (exit $?): GPU run with --cuda-graphs"; rc=1; }
+	timeout 20 bin/tq "${args[@]}" --cuda-graphs=false >"$dir/eager.txt" || { echo "tq run: FAILED (exit $?): GPU run with --cuda-graphs=false"; rc=1; }
 	timeout 20 bin/tq "${args[@]}" --backend cpu >"$dir/cpu.txt" 2>/dev/null || { echo "tq run: FAILED (exit $?): CPU run"; rc=1; }
 	echo "GPU text: $(tr '\n' ' ' <"$dir/gpu.txt")"
-	echo "GPU text with --cuda-graphs: $(tr '\n' ' ' <"$dir/graphs.txt")"
+	echo "GPU text with --cuda-graphs=false: $(tr '\n' ' ' <"$dir/eager.txt")"
 	echo "CPU text: $(tr '\n' ' ' <"$dir/cpu.txt")"
 	if cmp -s "$dir/gpu.txt" "$dir/cpu.txt"; then echo "tq run: GPU and CPU texts identical"; else echo "tq run: GPU and CPU texts DIFFER"; fi
-	if cmp -s "$dir/graphs.txt" "$dir/cpu.txt"; then echo "tq run: GPU (--cuda-graphs) and CPU texts identical"; else echo "tq run: GPU (--cuda-graphs) and CPU texts DIFFER"; fi
+	if cmp -s "$dir/eager.txt" "$dir/cpu.txt"; then echo "tq run: GPU (--cuda-graphs=false) and CPU texts identical"; else echo "tq run: GPU (--cuda-graphs=false) and CPU texts DIFFER"; fi
 	rm -rf "$dir"
 	return $rc
 }
@@ -123,9 +126,9 @@ run() {
 	local bench_rc=${PIPESTATUS[0]}
 	(cd infer && TQ_GPU=1 timeout 130 "$root/$ibin" -test.run GPUDevice -test.v -test.timeout 125s ${GPU_CHECK_TEST_FLAGS:-}) 2>&1 | tee "$outdir/infer-tests.log"
 	local itest_rc=${PIPESTATUS[0]}
-	(cd infer && TQ_GPU=1 timeout 60 "$root/$ibin" -test.run '^$' -test.bench 'GPUDecode$' -test.benchtime 64x -test.timeout 55s ${GPU_CHECK_TEST_FLAGS:-}) 2>&1 | tee "$outdir/infer-bench.log"
+	(cd infer && TQ_GPU=1 TQ_GPU_PROFILE=1 timeout 60 "$root/$ibin" -test.run '^$' -test.bench 'GPUDecode$' -test.benchtime 64x -test.timeout 55s ${GPU_CHECK_TEST_FLAGS:-}) 2>&1 | tee "$outdir/infer-bench.log"
 	local ibench_rc=${PIPESTATUS[0]}
-	(cd infer && TQ_GPU=1 timeout 40 "$root/$ibin" -test.run '^$' -test.bench 'GPUDecodeHybrid$' -test.benchtime 32x -test.timeout 35s ${GPU_CHECK_TEST_FLAGS:-}) 2>&1 | tee -a "$outdir/infer-bench.log"
+	(cd infer && TQ_GPU=1 TQ_GPU_PROFILE=1 timeout 40 "$root/$ibin" -test.run '^$' -test.bench 'GPUDecodeHybrid$' -test.benchtime 32x -test.timeout 35s ${GPU_CHECK_TEST_FLAGS:-}) 2>&1 | tee -a "$outdir/infer-bench.log"
 	[ "${PIPESTATUS[0]}" -eq 0 ] || ibench_rc=1
 	tqrun 2>&1 | tee "$outdir/tq-run.log"
 	local run_rc=${PIPESTATUS[0]}
@@ -142,6 +145,7 @@ run() {
 		grep -E 'max\|Δp\|' "$outdir/infer-tests.log" | sed 's/^ *//'
 		echo "decode benchmark: exit $ibench_rc"
 		grep -E '^Benchmark' "$outdir/infer-bench.log"
+		awk '/launch profile/ {n = 14} n > 0 {print; n--}' "$outdir/infer-bench.log"
 		echo "tq run: exit $run_rc"
 		grep -E '^tq run:|"(backend|gen_tok_s)"' "$outdir/tq-run.log"
 	} >"$outdir/summary.txt"
