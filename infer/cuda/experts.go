@@ -67,7 +67,7 @@ func (d *Device) MatMulExperts(y Buffer, w *Tensor, x, sel Buffer, npairs, k int
 	if int64(npairs)*int64(w.Rows) > math.MaxInt32 {
 		return fmt.Errorf("cuda: %s %s: %d pairs of %d rows", op, w.Name, npairs, w.Rows)
 	}
-	grid, block := mvGeometry(w.Rows)
+	grid, block := mvGeometry(w.Rows, mvRowsPerWarp(w.Type, false))
 	grid.y = uint32(npairs)
 	return d.do(func() error {
 		return d.launch(kid, grid, block, argPtr(w.ptr), argPtr(x.ptr), argPtr(y.ptr), argPtr(sel.ptr),

@@ -83,7 +83,8 @@ const (
 
 // Launch constants mirrored from the .cu sources (a test checks them against the #defines).
 const (
-	mvWarps        = 4    // MV_WARPS: rows (warps) per matvec block
+	mvWarps        = 4    // MV_WARPS: warps per matvec block
+	mvRows         = 2    // MV_R: rows per warp of the quantized single-row and routed-expert mat-vecs
 	mvMaxT         = 8    // MV_MAX_T: activation rows per batched matvec launch
 	attnThreads    = 512  // ATTN_THREADS
 	attnMaxHeadDim = 256  // ATTN_MAX_HD

@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"time"
 	"unsafe"
+
+	"github.com/tq-project/tq/gguf"
 )
 
 // dim3 is a CUDA grid or block shape.
@@ -128,9 +130,18 @@ func (d *Device) launch(id kernelID, grid, block dim3, args ...arg) error {
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
-// mvGeometry: one warp per row, mvWarps rows per block.
-func mvGeometry(nrows int) (grid, block dim3) {
-	return dim3{uint32(ceilDiv(nrows, mvWarps)), 1, 1}, dim3{32 * mvWarps, 1, 1}
+// mvGeometry: mvWarps warps per block, each taking rowsPerWarp rows (mvRowsPerWarp).
+func mvGeometry(nrows, rowsPerWarp int) (grid, block dim3) {
+	return dim3{uint32(ceilDiv(nrows, mvWarps*rowsPerWarp)), 1, 1}, dim3{32 * mvWarps, 1, 1}
+}
+
+// mvRowsPerWarp is the rows one warp of a mat-vec kernel takes (mv_rows in matvec.cu): mvRows
+// for the single-row (_t1) and routed-expert (_ids) kernels of the quantized types, else 1.
+func mvRowsPerWarp(t gguf.GGMLType, batched bool) int {
+	if batched || t == gguf.TypeF32 || t == gguf.TypeF16 || t == gguf.TypeBF16 {
+		return 1
+	}
+	return mvRows
 }
 
 // rowGeometry: one block of rowThreads per row (tq_rmsnorm).

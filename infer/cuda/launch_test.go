@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/tq-project/tq/gguf"
 )
 
 func TestArgPacking(t *testing.T) {
@@ -70,10 +72,11 @@ func TestLaunchGeometry(t *testing.T) {
 		got  shape
 		want shape
 	}{
-		{"mv 1 row", shapeOf(mvGeometry(1)), shape{dim3{1, 1, 1}, dim3{128, 1, 1}}},
-		{"mv 4 rows", shapeOf(mvGeometry(4)), shape{dim3{1, 1, 1}, dim3{128, 1, 1}}},
-		{"mv 5 rows", shapeOf(mvGeometry(5)), shape{dim3{2, 1, 1}, dim3{128, 1, 1}}},
-		{"mv vocab", shapeOf(mvGeometry(151936)), shape{dim3{37984, 1, 1}, dim3{128, 1, 1}}},
+		{"mv 1 row", shapeOf(mvGeometry(1, 1)), shape{dim3{1, 1, 1}, dim3{128, 1, 1}}},
+		{"mv 4 rows", shapeOf(mvGeometry(4, 1)), shape{dim3{1, 1, 1}, dim3{128, 1, 1}}},
+		{"mv 5 rows", shapeOf(mvGeometry(5, 1)), shape{dim3{2, 1, 1}, dim3{128, 1, 1}}},
+		{"mv vocab", shapeOf(mvGeometry(151936, 1)), shape{dim3{37984, 1, 1}, dim3{128, 1, 1}}},
+		{"mv 9 rows by 2", shapeOf(mvGeometry(9, 2)), shape{dim3{2, 1, 1}, dim3{128, 1, 1}}},
 		{"rows", shapeOf(rowGeometry(7)), shape{dim3{7, 1, 1}, dim3{256, 1, 1}}},
 		{"elem small", shapeOf(elemGeometry(1)), shape{dim3{1, 1, 1}, dim3{256, 1, 1}}},
 		{"elem 257", shapeOf(elemGeometry(257)), shape{dim3{2, 1, 1}, dim3{256, 1, 1}}},
@@ -91,11 +94,23 @@ func TestLaunchGeometry(t *testing.T) {
 			t.Errorf("%s: %v", c.name, err)
 		}
 	}
-	// Every mv row is covered exactly once: rows = grid.x*warps >= nrows > (grid.x-1)*warps.
-	for n := 1; n < 100; n++ {
-		g, _ := mvGeometry(n)
-		if int(g.x)*mvWarps < n || int(g.x-1)*mvWarps >= n {
-			t.Fatalf("mvGeometry(%d) = %v", n, g)
+	// Every mv row is covered exactly once: rows = grid.x*warps*r >= nrows > (grid.x-1)*warps*r.
+	for _, r := range []int{1, mvRows} {
+		for n := 1; n < 100; n++ {
+			g, _ := mvGeometry(n, r)
+			if int(g.x)*mvWarps*r < n || int(g.x-1)*mvWarps*r >= n {
+				t.Fatalf("mvGeometry(%d, %d) = %v", n, r, g)
+			}
+		}
+	}
+	for _, c := range []struct {
+		t       gguf.GGMLType
+		batched bool
+		want    int
+	}{{gguf.TypeQ4_K, false, mvRows}, {gguf.TypeQ8_0, false, mvRows}, {gguf.TypeQ4_K, true, 1},
+		{gguf.TypeF16, false, 1}, {gguf.TypeBF16, false, 1}, {gguf.TypeF32, false, 1}} {
+		if got := mvRowsPerWarp(c.t, c.batched); got != c.want {
+			t.Errorf("mvRowsPerWarp(%s, %v) = %d, want %d", c.t, c.batched, got, c.want)
 		}
 	}
 	for _, bad := range []shape{

@@ -60,13 +60,14 @@ func (d *Device) MatMul(y Buffer, w *Tensor, mat int, x Buffer, T int) error {
 		return fmt.Errorf("cuda: %s %s: x must be 16-byte aligned", op, w.Name)
 	}
 	wp := w.ptr + uint64(mat)*uint64(rows)*uint64(w.RowBytes)
-	grid, block := mvGeometry(rows)
+	grid1, block := mvGeometry(rows, mvRowsPerWarp(w.Type, false))
+	grid8, _ := mvGeometry(rows, mvRowsPerWarp(w.Type, true))
 	return d.do(func() error {
 		for t0 := 0; t0 < T; t0 += mvMaxT {
 			nt := min(mvMaxT, T-t0)
-			k := k8
+			k, grid := k8, grid8
 			if nt == 1 {
-				k = k1
+				k, grid = k1, grid1
 			}
 			if err := d.launch(k, grid, block, argPtr(wp), argPtr(x.ptr+uint64(t0)*uint64(n)*4),
 				argPtr(y.ptr+uint64(t0)*uint64(rows)*4), argI32(int32(n)), argI32(int32(rows)), argI32(int32(nt))); err != nil {

@@ -199,7 +199,7 @@ func TestLaunchConstantsMatchSources(t *testing.T) {
 		}
 	}
 	for name, goVal := range map[string]int{
-		"MV_WARPS": mvWarps, "MV_MAX_T": mvMaxT, "ATTN_THREADS": attnThreads, "ATTN_MAX_HD": attnMaxHeadDim,
+		"MV_WARPS": mvWarps, "MV_R": mvRows, "MV_MAX_T": mvMaxT, "ATTN_THREADS": attnThreads, "ATTN_MAX_HD": attnMaxHeadDim,
 		"MOE_THREADS": moeThreads, "MOE_MAX_EXPERTS": moeMaxExperts, "MOE_MAX_K": moeMaxK, "DR_MAX_DS": drMaxDState, "DR_SPLIT": drSplit, "DR_CHUNK": drChunk,
 		"KV_F16": int(kvTypeCode(gguf.TypeF16)), "KV_Q8_0": int(kvTypeCode(gguf.TypeQ8_0)),
 		"TQ_F32": 0, "TQ_F16": 1, "TQ_Q4_0": 2, "TQ_Q8_0": 8, "TQ_Q4_K": 12, "TQ_Q5_K": 13, "TQ_Q6_K": 14, "TQ_BF16": 30,

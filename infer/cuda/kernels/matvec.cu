@@ -6,12 +6,14 @@
 // registers and multiplied with float32 activations; every weight byte is read once per launch, so
 // the small-batch variants (T up to MV_MAX_T) cost about as much memory traffic as T = 1.
 //
-// Launch: block = 32*MV_WARPS threads, grid.x = ceil(nrows / MV_WARPS); one warp per row.
+// Launch: block = 32*MV_WARPS threads, grid.x = ceil(nrows / (MV_WARPS·R)); a warp takes R rows:
+// R = MV_R for tq_mv_<type>_t1 and tq_mv_<type>_ids of the quantized types, else 1.
 // Kernels tq_mv_<type>_t1 require T == 1, tq_mv_<type>_t8 accept 1 <= T <= 8.
 #include "common.cuh"
 
 #define MV_WARPS 4
 #define MV_MAX_T 8
+#define MV_R 2
 
 // Per-type lane work. Each function adds this lane's share of row `w` (nb blocks) dotted with the
 // T activation rows into acc[0..T).
@@ -47,52 +49,69 @@ __device__ __forceinline__ void scale_min_k4(int j, u32 s0, u32 s1, u32 s2, floa
     }
 }
 
-template <int NT>
-__device__ __forceinline__ void lane_q4_k(const u8* w, int nb, const float* x, int n, int T, float* acc) {
+// The quantized lane functions take R rows (R = MV_R for the single-row kernels, else 1) at w,
+// w + rb, ..., of which the first rv exist: each activation element is loaded once for all R rows
+// (the activation loads, seven times the weight bytes for Q4_K, bounded every type near 9 TB/s
+// of L1 traffic), and the R·U blocks of a pass, U = MV_U/R, are loaded before any is used.
+template <int NT, int R>
+__device__ __forceinline__ void lane_q4_k(const u8* w, u64 rb, int rv, int nb, const float* x, int n, int T,
+                                          float (&acc)[R][NT]) {
+    constexpr int U = MV_U / R;
     const int lane = threadIdx.x & 31;
     const int half = lane >> 4, l16 = lane & 15, c = l16 >> 2, i = l16 & 3;
-    for (int ib0 = half; ib0 < nb; ib0 += 2 * MV_U) {
-        u32 dd[MV_U], s0[MV_U], s1[MV_U], s2[MV_U], q0[MV_U], q1[MV_U];
+    for (int ib0 = half; ib0 < nb; ib0 += 2 * U) {
+        u32 dd[R][U] = {}, s0[R][U] = {}, s1[R][U] = {}, s2[R][U] = {}, q0[R][U] = {}, q1[R][U] = {};
 #pragma unroll
-        for (int u = 0; u < MV_U; ++u) {
+        for (int u = 0; u < U; ++u) {
             const int ib = ib0 + 2 * u;
-            if (ib < nb) {
-                const u8* b = w + (u64)ib * 144;
-                dd[u] = ld_u32(b);
-                s0[u] = ld_u32(b + 4);
-                s1[u] = ld_u32(b + 8);
-                s2[u] = ld_u32(b + 12);
-                const u8* q = b + 16 + 32 * c + 8 * i;
-                q0[u] = ld_u32(q);
-                q1[u] = ld_u32(q + 4);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                if (ib < nb && r < rv) {
+                    const u8* b = w + r * rb + (u64)ib * 144;
+                    dd[r][u] = ld_u32(b);
+                    s0[r][u] = ld_u32(b + 4);
+                    s1[r][u] = ld_u32(b + 8);
+                    s2[r][u] = ld_u32(b + 12);
+                    const u8* q = b + 16 + 32 * c + 8 * i;
+                    q0[r][u] = ld_u32(q);
+                    q1[r][u] = ld_u32(q + 4);
+                }
             }
         }
 #pragma unroll
-        for (int u = 0; u < MV_U; ++u) {
+        for (int u = 0; u < U; ++u) {
             const int ib = ib0 + 2 * u;
             if (ib >= nb) break;
-            const float d = h2f((u16)(dd[u] & 0xffff)), dmin = h2f((u16)(dd[u] >> 16));
-            float sc1, m1, sc2, m2;
-            scale_min_k4(2 * c, s0[u], s1[u], s2[u], &sc1, &m1);
-            scale_min_k4(2 * c + 1, s0[u], s1[u], s2[u], &sc2, &m2);
-            const u32 qa = q0[u], qb = q1[u];
+            float d[R], dmin[R], sc1[R], m1[R], sc2[R], m2[R];
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                d[r] = h2f((u16)(dd[r][u] & 0xffff));
+                dmin[r] = h2f((u16)(dd[r][u] >> 16));
+                scale_min_k4(2 * c, s0[r][u], s1[r][u], s2[r][u], &sc1[r], &m1[r]);
+                scale_min_k4(2 * c + 1, s0[r][u], s1[r][u], s2[r][u], &sc2[r], &m2[r]);
+            }
             const int e0 = ib * 256 + 64 * c + 8 * i;
 #pragma unroll
             for (int t = 0; t < NT; ++t) {
                 if (t >= T) break;
                 const float* xl = x + (u64)t * n + e0;
                 const float4 a0 = ld_f4(xl), a1 = ld_f4(xl + 4), b0 = ld_f4(xl + 32), b1 = ld_f4(xl + 36);
-                const float lo = u2f(qa & 15) * a0.x + u2f((qa >> 8) & 15) * a0.y +
-                                 u2f((qa >> 16) & 15) * a0.z + u2f((qa >> 24) & 15) * a0.w +
-                                 u2f(qb & 15) * a1.x + u2f((qb >> 8) & 15) * a1.y +
-                                 u2f((qb >> 16) & 15) * a1.z + u2f((qb >> 24) & 15) * a1.w;
-                const float hi = u2f((qa >> 4) & 15) * b0.x + u2f((qa >> 12) & 15) * b0.y +
-                                 u2f((qa >> 20) & 15) * b0.z + u2f((qa >> 28) & 15) * b0.w +
-                                 u2f((qb >> 4) & 15) * b1.x + u2f((qb >> 12) & 15) * b1.y +
-                                 u2f((qb >> 20) & 15) * b1.z + u2f((qb >> 28) & 15) * b1.w;
                 const float slo = a0.x + a0.y + a0.z + a0.w + a1.x + a1.y + a1.z + a1.w;
                 const float shi = b0.x + b0.y + b0.z + b0.w + b1.x + b1.y + b1.z + b1.w;
-                acc[t] += d * (sc1 * lo + sc2 * hi) - dmin * (m1 * slo + m2 * shi);
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    if (r >= rv) break;
+                    const u32 qa = q0[r][u], qb = q1[r][u];
+                    const float lo = u2f(qa & 15) * a0.x + u2f((qa >> 8) & 15) * a0.y +
+                                     u2f((qa >> 16) & 15) * a0.z + u2f((qa >> 24) & 15) * a0.w +
+                                     u2f(qb & 15) * a1.x + u2f((qb >> 8) & 15) * a1.y +
+                                     u2f((qb >> 16) & 15) * a1.z + u2f((qb >> 24) & 15) * a1.w;
+                    const float hi = u2f((qa >> 4) & 15) * b0.x + u2f((qa >> 12) & 15) * b0.y +
+                                     u2f((qa >> 20) & 15) * b0.z + u2f((qa >> 28) & 15) * b0.w +
+                                     u2f((qb >> 4) & 15) * b1.x + u2f((qb >> 12) & 15) * b1.y +
+                                     u2f((qb >> 20) & 15) * b1.z + u2f((qb >> 28) & 15) * b1.w;
+                    acc[r][t] += d[r] * (sc1[r] * lo + sc2[r] * hi) - dmin[r] * (m1[r] * slo + m2[r] * shi);
+                }
             }
         }
     }
@@ -100,46 +119,55 @@ __device__ __forceinline__ void lane_q4_k(const u8* w, int nb, const float* x, i
 
 // Q5_K: 176-byte super-blocks: d, dmin, scales[12] (as Q4_K), qh[32], qs[128]. The fifth bit of
 // element 64c+l (l < 32) is bit 2c of qh[l]; of element 64c+32+l it is bit 2c+1.
-template <int NT>
-__device__ __forceinline__ void lane_q5_k(const u8* w, int nb, const float* x, int n, int T, float* acc) {
+template <int NT, int R>
+__device__ __forceinline__ void lane_q5_k(const u8* w, u64 rb, int rv, int nb, const float* x, int n, int T,
+                                          float (&acc)[R][NT]) {
+    constexpr int U = MV_U / R;
     const int lane = threadIdx.x & 31;
     const int half = lane >> 4, l16 = lane & 15, c = l16 >> 2, i = l16 & 3;
-    for (int ib0 = half; ib0 < nb; ib0 += 2 * MV_U) {
-        u32 dd[MV_U], s0[MV_U], s1[MV_U], s2[MV_U], q0[MV_U], q1[MV_U], h0[MV_U], h1[MV_U];
+    for (int ib0 = half; ib0 < nb; ib0 += 2 * U) {
+        u32 dd[R][U] = {}, s0[R][U] = {}, s1[R][U] = {}, s2[R][U] = {}, q0[R][U] = {}, q1[R][U] = {},
+            h0[R][U] = {}, h1[R][U] = {};
 #pragma unroll
-        for (int u = 0; u < MV_U; ++u) {
+        for (int u = 0; u < U; ++u) {
             const int ib = ib0 + 2 * u;
-            if (ib < nb) {
-                const u8* b = w + (u64)ib * 176;
-                dd[u] = ld_u32(b);
-                s0[u] = ld_u32(b + 4);
-                s1[u] = ld_u32(b + 8);
-                s2[u] = ld_u32(b + 12);
-                const u8* q = b + 48 + 32 * c + 8 * i;
-                q0[u] = ld_u32(q);
-                q1[u] = ld_u32(q + 4);
-                const u8* hp = b + 16 + 8 * i;
-                h0[u] = ld_u32(hp);
-                h1[u] = ld_u32(hp + 4);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                if (ib < nb && r < rv) {
+                    const u8* b = w + r * rb + (u64)ib * 176;
+                    dd[r][u] = ld_u32(b);
+                    s0[r][u] = ld_u32(b + 4);
+                    s1[r][u] = ld_u32(b + 8);
+                    s2[r][u] = ld_u32(b + 12);
+                    const u8* q = b + 48 + 32 * c + 8 * i;
+                    q0[r][u] = ld_u32(q);
+                    q1[r][u] = ld_u32(q + 4);
+                    const u8* hp = b + 16 + 8 * i;
+                    h0[r][u] = ld_u32(hp);
+                    h1[r][u] = ld_u32(hp + 4);
+                }
             }
         }
 #pragma unroll
-        for (int u = 0; u < MV_U; ++u) {
+        for (int u = 0; u < U; ++u) {
             const int ib = ib0 + 2 * u;
             if (ib >= nb) break;
-            const float d = h2f((u16)(dd[u] & 0xffff)), dmin = h2f((u16)(dd[u] >> 16));
-            float sc1, m1, sc2, m2;
-            scale_min_k4(2 * c, s0[u], s1[u], s2[u], &sc1, &m1);
-            scale_min_k4(2 * c + 1, s0[u], s1[u], s2[u], &sc2, &m2);
-            float vlo[8], vhi[8];
+            float d[R], dmin[R], sc1[R], m1[R], sc2[R], m2[R], vlo[R][8], vhi[R][8];
 #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const u32 qa = q0[u] >> (8 * k), qb = q1[u] >> (8 * k);
-                const u32 ha = h0[u] >> (8 * k), hb = h1[u] >> (8 * k);
-                vlo[k] = u2f((qa & 15) | (((ha >> (2 * c)) & 1) << 4));
-                vlo[k + 4] = u2f((qb & 15) | (((hb >> (2 * c)) & 1) << 4));
-                vhi[k] = u2f(((qa >> 4) & 15) | (((ha >> (2 * c + 1)) & 1) << 4));
-                vhi[k + 4] = u2f(((qb >> 4) & 15) | (((hb >> (2 * c + 1)) & 1) << 4));
+            for (int r = 0; r < R; ++r) {
+                d[r] = h2f((u16)(dd[r][u] & 0xffff));
+                dmin[r] = h2f((u16)(dd[r][u] >> 16));
+                scale_min_k4(2 * c, s0[r][u], s1[r][u], s2[r][u], &sc1[r], &m1[r]);
+                scale_min_k4(2 * c + 1, s0[r][u], s1[r][u], s2[r][u], &sc2[r], &m2[r]);
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    const u32 qa = q0[r][u] >> (8 * k), qb = q1[r][u] >> (8 * k);
+                    const u32 ha = h0[r][u] >> (8 * k), hb = h1[r][u] >> (8 * k);
+                    vlo[r][k] = u2f((qa & 15) | (((ha >> (2 * c)) & 1) << 4));
+                    vlo[r][k + 4] = u2f((qb & 15) | (((hb >> (2 * c)) & 1) << 4));
+                    vhi[r][k] = u2f(((qa >> 4) & 15) | (((ha >> (2 * c + 1)) & 1) << 4));
+                    vhi[r][k + 4] = u2f(((qb >> 4) & 15) | (((hb >> (2 * c + 1)) & 1) << 4));
+                }
             }
             const int e0 = ib * 256 + 64 * c + 8 * i;
 #pragma unroll
@@ -147,13 +175,19 @@ __device__ __forceinline__ void lane_q5_k(const u8* w, int nb, const float* x, i
                 if (t >= T) break;
                 const float* xl = x + (u64)t * n + e0;
                 const float4 a0 = ld_f4(xl), a1 = ld_f4(xl + 4), b0 = ld_f4(xl + 32), b1 = ld_f4(xl + 36);
-                const float lo = vlo[0] * a0.x + vlo[1] * a0.y + vlo[2] * a0.z + vlo[3] * a0.w +
-                                 vlo[4] * a1.x + vlo[5] * a1.y + vlo[6] * a1.z + vlo[7] * a1.w;
-                const float hi = vhi[0] * b0.x + vhi[1] * b0.y + vhi[2] * b0.z + vhi[3] * b0.w +
-                                 vhi[4] * b1.x + vhi[5] * b1.y + vhi[6] * b1.z + vhi[7] * b1.w;
                 const float slo = a0.x + a0.y + a0.z + a0.w + a1.x + a1.y + a1.z + a1.w;
                 const float shi = b0.x + b0.y + b0.z + b0.w + b1.x + b1.y + b1.z + b1.w;
-                acc[t] += d * (sc1 * lo + sc2 * hi) - dmin * (m1 * slo + m2 * shi);
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    if (r >= rv) break;
+                    const float* vl = vlo[r];
+                    const float* vh = vhi[r];
+                    const float lo = vl[0] * a0.x + vl[1] * a0.y + vl[2] * a0.z + vl[3] * a0.w +
+                                     vl[4] * a1.x + vl[5] * a1.y + vl[6] * a1.z + vl[7] * a1.w;
+                    const float hi = vh[0] * b0.x + vh[1] * b0.y + vh[2] * b0.z + vh[3] * b0.w +
+                                     vh[4] * b1.x + vh[5] * b1.y + vh[6] * b1.z + vh[7] * b1.w;
+                    acc[r][t] += d[r] * (sc1[r] * lo + sc2[r] * hi) - dmin[r] * (m1[r] * slo + m2[r] * shi);
+                }
             }
         }
     }
@@ -163,92 +197,112 @@ __device__ __forceinline__ void lane_q5_k(const u8* w, int nb, const float* x, i
 // super-block: lane l16 = 8h+j takes l in [4j, 4j+4) of half h, i.e. elements 128h + 32k + l for
 // k = 0..3 (sub-block 8h + 2k + j/4). Blocks are only 2-byte aligned, so words are loaded as
 // 16-bit pairs; the lane's four scales are byte j/4 of the 16-bit words at 192 + 8h + 2k.
-template <int NT>
-__device__ __forceinline__ void lane_q6_k(const u8* w, int nb, const float* x, int n, int T, float* acc) {
+template <int NT, int R>
+__device__ __forceinline__ void lane_q6_k(const u8* w, u64 rb, int rv, int nb, const float* x, int n, int T,
+                                          float (&acc)[R][NT]) {
+    constexpr int U = MV_U / R;
     const int lane = threadIdx.x & 31;
     const int half = lane >> 4, l16 = lane & 15, h = l16 >> 3, j = l16 & 7, sb = 8 * (j >> 2);
-    for (int ib0 = half; ib0 < nb; ib0 += 2 * MV_U) {
-        u32 la[MV_U], lb[MV_U], hh[MV_U], sa[MV_U], sbw[MV_U];
-        u16 dh[MV_U];
+    for (int ib0 = half; ib0 < nb; ib0 += 2 * U) {
+        u32 la[R][U] = {}, lb[R][U] = {}, hh[R][U] = {}, sa[R][U] = {}, sbw[R][U] = {};
+        u16 dh[R][U] = {};
 #pragma unroll
-        for (int u = 0; u < MV_U; ++u) {
+        for (int u = 0; u < U; ++u) {
             const int ib = ib0 + 2 * u;
-            if (ib < nb) {
-                const u8* b = w + (u64)ib * 210;
-                const u8* ql = b + 64 * h + 4 * j;
-                la[u] = ld_u16x2(ql);
-                lb[u] = ld_u16x2(ql + 32);
-                hh[u] = ld_u16x2(b + 128 + 32 * h + 4 * j);
-                sa[u] = ld_u16x2(b + 192 + 8 * h);     // scale words k = 0, 1
-                sbw[u] = ld_u16x2(b + 192 + 8 * h + 4); // k = 2, 3
-                dh[u] = ld_u16(b + 208);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                if (ib < nb && r < rv) {
+                    const u8* b = w + r * rb + (u64)ib * 210;
+                    const u8* ql = b + 64 * h + 4 * j;
+                    la[r][u] = ld_u16x2(ql);
+                    lb[r][u] = ld_u16x2(ql + 32);
+                    hh[r][u] = ld_u16x2(b + 128 + 32 * h + 4 * j);
+                    sa[r][u] = ld_u16x2(b + 192 + 8 * h);     // scale words k = 0, 1
+                    sbw[r][u] = ld_u16x2(b + 192 + 8 * h + 4); // k = 2, 3
+                    dh[r][u] = ld_u16(b + 208);
+                }
             }
         }
 #pragma unroll
-        for (int u = 0; u < MV_U; ++u) {
+        for (int u = 0; u < U; ++u) {
             const int ib = ib0 + 2 * u;
             if (ib >= nb) break;
-            const float d = h2f(dh[u]);
-            float v[4][4];
+            float v[R][4][4], sc[R][4];
 #pragma unroll
-            for (int m = 0; m < 4; ++m) {
-                const u32 a = byte_of(la[u], m), bb = byte_of(lb[u], m), q = byte_of(hh[u], m);
-                v[0][m] = u2f_off((a & 15) | ((q & 3) << 4), 32.0f);
-                v[1][m] = u2f_off((bb & 15) | (((q >> 2) & 3) << 4), 32.0f);
-                v[2][m] = u2f_off((a >> 4) | (((q >> 4) & 3) << 4), 32.0f);
-                v[3][m] = u2f_off((bb >> 4) | (((q >> 6) & 3) << 4), 32.0f);
+            for (int r = 0; r < R; ++r) {
+#pragma unroll
+                for (int m = 0; m < 4; ++m) {
+                    const u32 qa = byte_of(la[r][u], m), qb = byte_of(lb[r][u], m), q = byte_of(hh[r][u], m);
+                    v[r][0][m] = u2f_off((qa & 15) | ((q & 3) << 4), 32.0f);
+                    v[r][1][m] = u2f_off((qb & 15) | (((q >> 2) & 3) << 4), 32.0f);
+                    v[r][2][m] = u2f_off((qa >> 4) | (((q >> 4) & 3) << 4), 32.0f);
+                    v[r][3][m] = u2f_off((qb >> 4) | (((q >> 6) & 3) << 4), 32.0f);
+                }
+                // int8 scale + 128, minus 128
+                sc[r][0] = u2f_off(((sa[r][u] >> sb) & 255) ^ 0x80, 128.0f);
+                sc[r][1] = u2f_off(((sa[r][u] >> (16 + sb)) & 255) ^ 0x80, 128.0f);
+                sc[r][2] = u2f_off(((sbw[r][u] >> sb) & 255) ^ 0x80, 128.0f);
+                sc[r][3] = u2f_off(((sbw[r][u] >> (16 + sb)) & 255) ^ 0x80, 128.0f);
             }
-            float s[4];
-            // int8 scale + 128, minus 128
-            s[0] = u2f_off(((sa[u] >> sb) & 255) ^ 0x80, 128.0f);
-            s[1] = u2f_off(((sa[u] >> (16 + sb)) & 255) ^ 0x80, 128.0f);
-            s[2] = u2f_off(((sbw[u] >> sb) & 255) ^ 0x80, 128.0f);
-            s[3] = u2f_off(((sbw[u] >> (16 + sb)) & 255) ^ 0x80, 128.0f);
             const int e0 = ib * 256 + 128 * h + 4 * j;
 #pragma unroll
             for (int t = 0; t < NT; ++t) {
                 if (t >= T) break;
                 const float* xl = x + (u64)t * n + e0;
-                float sum = 0.0f;
+                float4 a[4];
 #pragma unroll
-                for (int k = 0; k < 4; ++k) {
-                    const float4 a = ld_f4(xl + 32 * k);
-                    sum += s[k] * (v[k][0] * a.x + v[k][1] * a.y + v[k][2] * a.z + v[k][3] * a.w);
+                for (int k = 0; k < 4; ++k) a[k] = ld_f4(xl + 32 * k);
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    if (r >= rv) break;
+                    float sum = 0.0f;
+#pragma unroll
+                    for (int k = 0; k < 4; ++k)
+                        sum += sc[r][k] * (v[r][k][0] * a[k].x + v[r][k][1] * a[k].y + v[r][k][2] * a[k].z +
+                                           v[r][k][3] * a[k].w);
+                    acc[r][t] += h2f(dh[r][u]) * sum;
                 }
-                acc[t] += d * sum;
             }
         }
     }
 }
 
 // Q8_0: 34-byte blocks of 32: d (f16), qs[32] (int8). Four lanes per block, eight elements each.
-template <int NT>
-__device__ __forceinline__ void lane_q8_0(const u8* w, int nb, const float* x, int n, int T, float* acc) {
+template <int NT, int R>
+__device__ __forceinline__ void lane_q8_0(const u8* w, u64 rb, int rv, int nb, const float* x, int n, int T,
+                                          float (&acc)[R][NT]) {
+    constexpr int U = MV_U / R;
     const int lane = threadIdx.x & 31;
     const int sub = lane >> 2, part = lane & 3;
-    for (int ib0 = sub; ib0 < nb; ib0 += 8 * MV_U) {
-        u32 qa[MV_U], qb[MV_U];
-        u16 dh[MV_U];
+    for (int ib0 = sub; ib0 < nb; ib0 += 8 * U) {
+        u32 qa[R][U] = {}, qb[R][U] = {};
+        u16 dh[R][U] = {};
 #pragma unroll
-        for (int u = 0; u < MV_U; ++u) {
+        for (int u = 0; u < U; ++u) {
             const int ib = ib0 + 8 * u;
-            if (ib < nb) {
-                const u8* b = w + (u64)ib * 34;
-                dh[u] = ld_u16(b);
-                qa[u] = ld_u16x2(b + 2 + 8 * part);
-                qb[u] = ld_u16x2(b + 6 + 8 * part);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                if (ib < nb && r < rv) {
+                    const u8* b = w + r * rb + (u64)ib * 34;
+                    dh[r][u] = ld_u16(b);
+                    qa[r][u] = ld_u16x2(b + 2 + 8 * part);
+                    qb[r][u] = ld_u16x2(b + 6 + 8 * part);
+                }
             }
         }
 #pragma unroll
-        for (int u = 0; u < MV_U; ++u) {
+        for (int u = 0; u < U; ++u) {
             const int ib = ib0 + 8 * u;
             if (ib >= nb) break;
-            const float d = h2f(dh[u]);
-            float v[8];
+            float v[R][8], d[R];
 #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                v[k] = u2f_off(byte_of(qa[u], k) ^ 0x80, 128.0f); // int8 + 128, minus 128
-                v[k + 4] = u2f_off(byte_of(qb[u], k) ^ 0x80, 128.0f);
+            for (int r = 0; r < R; ++r) {
+                d[r] = h2f(dh[r][u]);
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    v[r][k] = u2f_off(byte_of(qa[r][u], k) ^ 0x80, 128.0f); // int8 + 128, minus 128
+                    v[r][k + 4] = u2f_off(byte_of(qb[r][u], k) ^ 0x80, 128.0f);
+                }
             }
             const int e0 = ib * 32 + 8 * part;
 #pragma unroll
@@ -256,8 +310,13 @@ __device__ __forceinline__ void lane_q8_0(const u8* w, int nb, const float* x, i
                 if (t >= T) break;
                 const float* xl = x + (u64)t * n + e0;
                 const float4 a0 = ld_f4(xl), a1 = ld_f4(xl + 4);
-                acc[t] += d * (v[0] * a0.x + v[1] * a0.y + v[2] * a0.z + v[3] * a0.w +
-                               v[4] * a1.x + v[5] * a1.y + v[6] * a1.z + v[7] * a1.w);
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    if (r >= rv) break;
+                    const float* vr = v[r];
+                    acc[r][t] += d[r] * (vr[0] * a0.x + vr[1] * a0.y + vr[2] * a0.z + vr[3] * a0.w +
+                                         vr[4] * a1.x + vr[5] * a1.y + vr[6] * a1.z + vr[7] * a1.w);
+                }
             }
         }
     }
@@ -265,33 +324,41 @@ __device__ __forceinline__ void lane_q8_0(const u8* w, int nb, const float* x, i
 
 // Q4_0: 18-byte blocks of 32: d (f16), qs[16]; element j < 16 is the low nibble of qs[j], element
 // j+16 the high nibble, both offset by 8. Four lanes per block: lane part p takes qs[4p .. 4p+4).
-template <int NT>
-__device__ __forceinline__ void lane_q4_0(const u8* w, int nb, const float* x, int n, int T, float* acc) {
+template <int NT, int R>
+__device__ __forceinline__ void lane_q4_0(const u8* w, u64 rb, int rv, int nb, const float* x, int n, int T,
+                                          float (&acc)[R][NT]) {
+    constexpr int U = MV_U / R;
     const int lane = threadIdx.x & 31;
     const int sub = lane >> 2, part = lane & 3;
-    for (int ib0 = sub; ib0 < nb; ib0 += 8 * MV_U) {
-        u32 qw[MV_U];
-        u16 dh[MV_U];
+    for (int ib0 = sub; ib0 < nb; ib0 += 8 * U) {
+        u32 qw[R][U] = {};
+        u16 dh[R][U] = {};
 #pragma unroll
-        for (int u = 0; u < MV_U; ++u) {
+        for (int u = 0; u < U; ++u) {
             const int ib = ib0 + 8 * u;
-            if (ib < nb) {
-                const u8* b = w + (u64)ib * 18;
-                dh[u] = ld_u16(b);
-                qw[u] = ld_u16x2(b + 2 + 4 * part);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                if (ib < nb && r < rv) {
+                    const u8* b = w + r * rb + (u64)ib * 18;
+                    dh[r][u] = ld_u16(b);
+                    qw[r][u] = ld_u16x2(b + 2 + 4 * part);
+                }
             }
         }
 #pragma unroll
-        for (int u = 0; u < MV_U; ++u) {
+        for (int u = 0; u < U; ++u) {
             const int ib = ib0 + 8 * u;
             if (ib >= nb) break;
-            const float d = h2f(dh[u]);
-            float lo[4], hi[4];
+            float lo[R][4], hi[R][4], d[R];
 #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const u32 q = byte_of(qw[u], k);
-                lo[k] = u2f_off(q & 15, 8.0f);
-                hi[k] = u2f_off(q >> 4, 8.0f);
+            for (int r = 0; r < R; ++r) {
+                d[r] = h2f(dh[r][u]);
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    const u32 q = byte_of(qw[r][u], k);
+                    lo[r][k] = u2f_off(q & 15, 8.0f);
+                    hi[r][k] = u2f_off(q >> 4, 8.0f);
+                }
             }
             const int e0 = ib * 32 + 4 * part;
 #pragma unroll
@@ -299,8 +366,14 @@ __device__ __forceinline__ void lane_q4_0(const u8* w, int nb, const float* x, i
                 if (t >= T) break;
                 const float* xl = x + (u64)t * n + e0;
                 const float4 a = ld_f4(xl), c = ld_f4(xl + 16);
-                acc[t] += d * (lo[0] * a.x + lo[1] * a.y + lo[2] * a.z + lo[3] * a.w +
-                               hi[0] * c.x + hi[1] * c.y + hi[2] * c.z + hi[3] * c.w);
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    if (r >= rv) break;
+                    const float* l = lo[r];
+                    const float* hh = hi[r];
+                    acc[r][t] += d[r] * (l[0] * a.x + l[1] * a.y + l[2] * a.z + l[3] * a.w +
+                                         hh[0] * c.x + hh[1] * c.y + hh[2] * c.z + hh[3] * c.w);
+                }
             }
         }
     }
@@ -374,31 +447,48 @@ __device__ __forceinline__ u64 row_bytes(int n) {
     }
 }
 
+// mv_rows is the rows per warp of a kernel: MV_R for the single-row kernels of the quantized
+// types, 1 for the batched ones (whose accumulators already fill the registers) and the float
+// types (which stream at the copy bandwidth with one).
+template <int TYPE, int NT>
+__device__ __forceinline__ constexpr int mv_rows() {
+    return NT == 1 && TYPE != TQ_F32 && TYPE != TQ_F16 && TYPE != TQ_BF16 ? MV_R : 1;
+}
+
 template <int TYPE, int NT>
 __device__ __forceinline__ void matvec(const u8* TQ_RESTRICT w, const float* TQ_RESTRICT x, float* TQ_RESTRICT y,
                                        int n, int nrows, int T) {
-    const int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    constexpr int R = mv_rows<TYPE, NT>();
+    const int row = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * R;
     if (row >= nrows) return; // the whole warp leaves together; no block barrier follows
-    float acc[NT];
+    const int rv = nrows - row < R ? nrows - row : R;
+    float acc[R][NT];
 #pragma unroll
-    for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
-    const u8* wr = w + (u64)row * row_bytes<TYPE>(n);
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
+    const u64 rb = row_bytes<TYPE>(n);
+    const u8* wr = w + (u64)row * rb;
     switch (TYPE) {
-    case TQ_Q4_K: lane_q4_k<NT>(wr, n / 256, x, n, T, acc); break;
-    case TQ_Q5_K: lane_q5_k<NT>(wr, n / 256, x, n, T, acc); break;
-    case TQ_Q6_K: lane_q6_k<NT>(wr, n / 256, x, n, T, acc); break;
-    case TQ_Q8_0: lane_q8_0<NT>(wr, n / 32, x, n, T, acc); break;
-    case TQ_Q4_0: lane_q4_0<NT>(wr, n / 32, x, n, T, acc); break;
-    case TQ_F16: lane_f16<NT, 0>(wr, n, x, T, acc); break;
-    case TQ_BF16: lane_f16<NT, 1>(wr, n, x, T, acc); break;
-    case TQ_F32: lane_f32<NT>(wr, n, x, T, acc); break;
+    case TQ_Q4_K: lane_q4_k<NT, R>(wr, rb, rv, n / 256, x, n, T, acc); break;
+    case TQ_Q5_K: lane_q5_k<NT, R>(wr, rb, rv, n / 256, x, n, T, acc); break;
+    case TQ_Q6_K: lane_q6_k<NT, R>(wr, rb, rv, n / 256, x, n, T, acc); break;
+    case TQ_Q8_0: lane_q8_0<NT, R>(wr, rb, rv, n / 32, x, n, T, acc); break;
+    case TQ_Q4_0: lane_q4_0<NT, R>(wr, rb, rv, n / 32, x, n, T, acc); break;
+    case TQ_F16: lane_f16<NT, 0>(wr, n, x, T, acc[0]); break;
+    case TQ_BF16: lane_f16<NT, 1>(wr, n, x, T, acc[0]); break;
+    case TQ_F32: lane_f32<NT>(wr, n, x, T, acc[0]); break;
     }
     const int lane = threadIdx.x & 31;
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
-        if (t >= T) break;
-        const float s = warp_sum(acc[t]);
-        if (lane == 0) y[(u64)t * nrows + row] = s;
+    for (int r = 0; r < R; ++r) {
+        if (r >= rv) break; // uniform for the warp
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            if (t >= T) break;
+            const float s = warp_sum(acc[r][t]);
+            if (lane == 0) y[(u64)t * nrows + row + r] = s;
+        }
     }
 }
 
@@ -406,7 +496,7 @@ __device__ __forceinline__ void matvec(const u8* TQ_RESTRICT w, const float* TQ_
 // p mod k) multiplies expert sel[p] of the stacked matrices w (nexp matrices of nrows rows) by
 // activation row p/k of x: y[p*nrows + row] = W[sel[p]] · x[p/k]. An expert index outside
 // [0, nexp) (the router's -1 for non-finite logits) gives 0. Launch: grid = (ceil(nrows /
-// MV_WARPS), npairs), block = 32*MV_WARPS.
+// (MV_WARPS·rows per warp)), npairs), block = 32*MV_WARPS.
 template <int TYPE>
 __device__ __forceinline__ void matvec_ids(const u8* TQ_RESTRICT w, const float* TQ_RESTRICT x, float* TQ_RESTRICT y,
                                            const int* sel, int n, int nrows, int nexp, int k, int npairs) {
@@ -415,8 +505,10 @@ __device__ __forceinline__ void matvec_ids(const u8* TQ_RESTRICT w, const float*
     const int e = sel[p];
     float* yp = y + (u64)p * nrows;
     if (e < 0 || e >= nexp) {
-        const int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
-        if (row < nrows && (threadIdx.x & 31) == 0) yp[row] = 0.0f;
+        constexpr int R = mv_rows<TYPE, 1>();
+        const int row = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * R;
+        if ((threadIdx.x & 31) == 0)
+            for (int r = 0; r < R && row + r < nrows; ++r) yp[row + r] = 0.0f;
         return;
     }
     matvec<TYPE, 1>(w + (u64)e * nrows * row_bytes<TYPE>(n), x + (u64)(p / k) * n, yp, n, nrows, 1);
