@@ -79,7 +79,7 @@ device; the Qwen3.5/3.6 hybrids (qwen35, qwen35moe) keep their Gated DeltaNet st
 too. Models the GPU backend cannot run (weight types without a CUDA kernel, a KV cache other
 than f16 or q8_0) run on the CPU with one line saying why. The GPU blocks' kernel launches of
 one generated token are recorded once and replayed as a CUDA graph for every later token (same
-kernels and results, less launch time: 1.1-1.2x the decode speed on an H200);
+kernels and results, less launch time: 1.1-1.6x the decode speed on an H200);
 --cuda-graphs=false launches them one by one. Blocks whose experts stay on the CPU cannot be
 recorded and run kernel by kernel (said in one line with --cuda-graphs or --verbose).`,
 		Example: `  tq run model.gguf -p "The capital of France is" -n 32
