@@ -70,6 +70,16 @@ extern "C" __global__ void tq_deltanet_gates(float* b, float* a, const float* dt
 #define DR_SPLIT 4
 #define DR_BATCH 8
 
+// dr_load_column loads the state elements S[a][j] of rows a = a0, a0 + DR_SPLIT, ... (DR_BATCH
+// of them; 0 past the last row) into sv, all loads issued before any is used.
+__device__ __forceinline__ void dr_load_column(const float* S, int a0, int ds, int j, float* sv) {
+#pragma unroll
+    for (int m = 0; m < DR_BATCH; ++m) {
+        const int a = a0 + m * DR_SPLIT;
+        sv[m] = a < ds ? S[(u64)a * ds + j] : 0.0f;
+    }
+}
+
 // tq_delta_rule runs the gated delta rule of value head h = blockIdx.x over T tokens. qkv holds T
 // rows of `stride` floats: kdim query values, kdim key values (L2-normalised heads of ds), then
 // the value heads; value head h reads key head h mod hk. beta and g hold T rows of hv. The state
@@ -108,11 +118,7 @@ extern "C" __global__ void tq_delta_rule(const float* qkv, const float* beta, co
         if (active) {
             for (int a0 = p; a0 < ds; a0 += DR_SPLIT * DR_BATCH) {
                 float sv[DR_BATCH];
-#pragma unroll
-                for (int m = 0; m < DR_BATCH; ++m) {
-                    const int a = a0 + m * DR_SPLIT;
-                    sv[m] = a < ds ? S[(u64)a * ds + j] : 0.0f;
-                }
+                dr_load_column(S, a0, ds, j, sv);
 #pragma unroll
                 for (int m = 0; m < DR_BATCH; ++m) {
                     const int a = a0 + m * DR_SPLIT;
@@ -142,11 +148,7 @@ extern "C" __global__ void tq_delta_rule(const float* qkv, const float* beta, co
         if (p == 0) out[(u64)t * hv * ds + h * ds + j] = scale * (decay * sq + delta * kq);
         for (int a0 = p; a0 < ds; a0 += DR_SPLIT * DR_BATCH) {
             float sv[DR_BATCH];
-#pragma unroll
-            for (int m = 0; m < DR_BATCH; ++m) {
-                const int a = a0 + m * DR_SPLIT;
-                sv[m] = a < ds ? S[(u64)a * ds + j] : 0.0f;
-            }
+            dr_load_column(S, a0, ds, j, sv);
 #pragma unroll
             for (int m = 0; m < DR_BATCH; ++m) {
                 const int a = a0 + m * DR_SPLIT;

@@ -53,6 +53,48 @@ __device__ __forceinline__ void scale_min_k4(int j, u32 s0, u32 s1, u32 s2, floa
 // w + rb, ..., of which the first rv exist: each activation element is loaded once for all R rows
 // (the activation loads, seven times the weight bytes for Q4_K, bounded every type near 9 TB/s
 // of L1 traffic), and the R·U blocks of a pass, U = MV_U/R, are loaded before any is used.
+// k4_head is the first 16 bytes of a Q4_K or Q5_K super-block: d and dmin (f16), then the twelve
+// scale bytes.
+struct k4_head {
+    u32 dd, s0, s1, s2;
+};
+
+__device__ __forceinline__ k4_head ld_k4_head(const u8* b) {
+    k4_head h;
+    h.dd = ld_u32(b);
+    h.s0 = ld_u32(b + 4);
+    h.s1 = ld_u32(b + 8);
+    h.s2 = ld_u32(b + 12);
+    return h;
+}
+
+// k4_scales decodes d, dmin and the scale and min of sub-blocks 2c (sc1, m1) and 2c+1 (sc2, m2).
+__device__ __forceinline__ void k4_scales(const k4_head& h, int c, float* d, float* dmin, float* sc1, float* m1,
+                                          float* sc2, float* m2) {
+    *d = h2f((u16)(h.dd & 0xffff));
+    *dmin = h2f((u16)(h.dd >> 16));
+    scale_min_k4(2 * c, h.s0, h.s1, h.s2, sc1, m1);
+    scale_min_k4(2 * c + 1, h.s0, h.s1, h.s2, sc2, m2);
+}
+
+// k4_x loads the activations a lane of a Q4_K/Q5_K super-block multiplies, xl[0..8) (low
+// sub-block) and xl[32..40) (high), and their sums.
+struct k4_x {
+    float4 a0, a1, b0, b1;
+    float slo, shi;
+};
+
+__device__ __forceinline__ k4_x ld_k4_x(const float* xl) {
+    k4_x v;
+    v.a0 = ld_f4(xl);
+    v.a1 = ld_f4(xl + 4);
+    v.b0 = ld_f4(xl + 32);
+    v.b1 = ld_f4(xl + 36);
+    v.slo = v.a0.x + v.a0.y + v.a0.z + v.a0.w + v.a1.x + v.a1.y + v.a1.z + v.a1.w;
+    v.shi = v.b0.x + v.b0.y + v.b0.z + v.b0.w + v.b1.x + v.b1.y + v.b1.z + v.b1.w;
+    return v;
+}
+
 template <int NT, int R>
 __device__ __forceinline__ void lane_q4_k(const u8* w, u64 rb, int rv, int nb, const float* x, int n, int T,
                                           float (&acc)[R][NT]) {
@@ -60,7 +102,8 @@ __device__ __forceinline__ void lane_q4_k(const u8* w, u64 rb, int rv, int nb, c
     const int lane = threadIdx.x & 31;
     const int half = lane >> 4, l16 = lane & 15, c = l16 >> 2, i = l16 & 3;
     for (int ib0 = half; ib0 < nb; ib0 += 2 * U) {
-        u32 dd[R][U] = {}, s0[R][U] = {}, s1[R][U] = {}, s2[R][U] = {}, q0[R][U] = {}, q1[R][U] = {};
+        k4_head hd[R][U] = {};
+        u32 q0[R][U] = {}, q1[R][U] = {};
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int ib = ib0 + 2 * u;
@@ -68,10 +111,7 @@ __device__ __forceinline__ void lane_q4_k(const u8* w, u64 rb, int rv, int nb, c
             for (int r = 0; r < R; ++r) {
                 if (ib < nb && r < rv) {
                     const u8* b = w + r * rb + (u64)ib * 144;
-                    dd[r][u] = ld_u32(b);
-                    s0[r][u] = ld_u32(b + 4);
-                    s1[r][u] = ld_u32(b + 8);
-                    s2[r][u] = ld_u32(b + 12);
+                    hd[r][u] = ld_k4_head(b);
                     const u8* q = b + 16 + 32 * c + 8 * i;
                     q0[r][u] = ld_u32(q);
                     q1[r][u] = ld_u32(q + 4);
@@ -84,33 +124,25 @@ __device__ __forceinline__ void lane_q4_k(const u8* w, u64 rb, int rv, int nb, c
             if (ib >= nb) break;
             float d[R], dmin[R], sc1[R], m1[R], sc2[R], m2[R];
 #pragma unroll
-            for (int r = 0; r < R; ++r) {
-                d[r] = h2f((u16)(dd[r][u] & 0xffff));
-                dmin[r] = h2f((u16)(dd[r][u] >> 16));
-                scale_min_k4(2 * c, s0[r][u], s1[r][u], s2[r][u], &sc1[r], &m1[r]);
-                scale_min_k4(2 * c + 1, s0[r][u], s1[r][u], s2[r][u], &sc2[r], &m2[r]);
-            }
+            for (int r = 0; r < R; ++r) k4_scales(hd[r][u], c, &d[r], &dmin[r], &sc1[r], &m1[r], &sc2[r], &m2[r]);
             const int e0 = ib * 256 + 64 * c + 8 * i;
 #pragma unroll
             for (int t = 0; t < NT; ++t) {
                 if (t >= T) break;
-                const float* xl = x + (u64)t * n + e0;
-                const float4 a0 = ld_f4(xl), a1 = ld_f4(xl + 4), b0 = ld_f4(xl + 32), b1 = ld_f4(xl + 36);
-                const float slo = a0.x + a0.y + a0.z + a0.w + a1.x + a1.y + a1.z + a1.w;
-                const float shi = b0.x + b0.y + b0.z + b0.w + b1.x + b1.y + b1.z + b1.w;
+                const k4_x v = ld_k4_x(x + (u64)t * n + e0);
 #pragma unroll
                 for (int r = 0; r < R; ++r) {
                     if (r >= rv) break;
                     const u32 qa = q0[r][u], qb = q1[r][u];
-                    const float lo = u2f(qa & 15) * a0.x + u2f((qa >> 8) & 15) * a0.y +
-                                     u2f((qa >> 16) & 15) * a0.z + u2f((qa >> 24) & 15) * a0.w +
-                                     u2f(qb & 15) * a1.x + u2f((qb >> 8) & 15) * a1.y +
-                                     u2f((qb >> 16) & 15) * a1.z + u2f((qb >> 24) & 15) * a1.w;
-                    const float hi = u2f((qa >> 4) & 15) * b0.x + u2f((qa >> 12) & 15) * b0.y +
-                                     u2f((qa >> 20) & 15) * b0.z + u2f((qa >> 28) & 15) * b0.w +
-                                     u2f((qb >> 4) & 15) * b1.x + u2f((qb >> 12) & 15) * b1.y +
-                                     u2f((qb >> 20) & 15) * b1.z + u2f((qb >> 28) & 15) * b1.w;
-                    acc[r][t] += d[r] * (sc1[r] * lo + sc2[r] * hi) - dmin[r] * (m1[r] * slo + m2[r] * shi);
+                    const float lo = u2f(qa & 15) * v.a0.x + u2f((qa >> 8) & 15) * v.a0.y +
+                                     u2f((qa >> 16) & 15) * v.a0.z + u2f((qa >> 24) & 15) * v.a0.w +
+                                     u2f(qb & 15) * v.a1.x + u2f((qb >> 8) & 15) * v.a1.y +
+                                     u2f((qb >> 16) & 15) * v.a1.z + u2f((qb >> 24) & 15) * v.a1.w;
+                    const float hi = u2f((qa >> 4) & 15) * v.b0.x + u2f((qa >> 12) & 15) * v.b0.y +
+                                     u2f((qa >> 20) & 15) * v.b0.z + u2f((qa >> 28) & 15) * v.b0.w +
+                                     u2f((qb >> 4) & 15) * v.b1.x + u2f((qb >> 12) & 15) * v.b1.y +
+                                     u2f((qb >> 20) & 15) * v.b1.z + u2f((qb >> 28) & 15) * v.b1.w;
+                    acc[r][t] += d[r] * (sc1[r] * lo + sc2[r] * hi) - dmin[r] * (m1[r] * v.slo + m2[r] * v.shi);
                 }
             }
         }
@@ -126,8 +158,8 @@ __device__ __forceinline__ void lane_q5_k(const u8* w, u64 rb, int rv, int nb, c
     const int lane = threadIdx.x & 31;
     const int half = lane >> 4, l16 = lane & 15, c = l16 >> 2, i = l16 & 3;
     for (int ib0 = half; ib0 < nb; ib0 += 2 * U) {
-        u32 dd[R][U] = {}, s0[R][U] = {}, s1[R][U] = {}, s2[R][U] = {}, q0[R][U] = {}, q1[R][U] = {},
-            h0[R][U] = {}, h1[R][U] = {};
+        k4_head hd[R][U] = {};
+        u32 q0[R][U] = {}, q1[R][U] = {}, h0[R][U] = {}, h1[R][U] = {};
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int ib = ib0 + 2 * u;
@@ -135,10 +167,7 @@ __device__ __forceinline__ void lane_q5_k(const u8* w, u64 rb, int rv, int nb, c
             for (int r = 0; r < R; ++r) {
                 if (ib < nb && r < rv) {
                     const u8* b = w + r * rb + (u64)ib * 176;
-                    dd[r][u] = ld_u32(b);
-                    s0[r][u] = ld_u32(b + 4);
-                    s1[r][u] = ld_u32(b + 8);
-                    s2[r][u] = ld_u32(b + 12);
+                    hd[r][u] = ld_k4_head(b);
                     const u8* q = b + 48 + 32 * c + 8 * i;
                     q0[r][u] = ld_u32(q);
                     q1[r][u] = ld_u32(q + 4);
@@ -155,10 +184,7 @@ __device__ __forceinline__ void lane_q5_k(const u8* w, u64 rb, int rv, int nb, c
             float d[R], dmin[R], sc1[R], m1[R], sc2[R], m2[R], vlo[R][8], vhi[R][8];
 #pragma unroll
             for (int r = 0; r < R; ++r) {
-                d[r] = h2f((u16)(dd[r][u] & 0xffff));
-                dmin[r] = h2f((u16)(dd[r][u] >> 16));
-                scale_min_k4(2 * c, s0[r][u], s1[r][u], s2[r][u], &sc1[r], &m1[r]);
-                scale_min_k4(2 * c + 1, s0[r][u], s1[r][u], s2[r][u], &sc2[r], &m2[r]);
+                k4_scales(hd[r][u], c, &d[r], &dmin[r], &sc1[r], &m1[r], &sc2[r], &m2[r]);
 #pragma unroll
                 for (int k = 0; k < 4; ++k) {
                     const u32 qa = q0[r][u] >> (8 * k), qb = q1[r][u] >> (8 * k);
@@ -173,20 +199,17 @@ __device__ __forceinline__ void lane_q5_k(const u8* w, u64 rb, int rv, int nb, c
 #pragma unroll
             for (int t = 0; t < NT; ++t) {
                 if (t >= T) break;
-                const float* xl = x + (u64)t * n + e0;
-                const float4 a0 = ld_f4(xl), a1 = ld_f4(xl + 4), b0 = ld_f4(xl + 32), b1 = ld_f4(xl + 36);
-                const float slo = a0.x + a0.y + a0.z + a0.w + a1.x + a1.y + a1.z + a1.w;
-                const float shi = b0.x + b0.y + b0.z + b0.w + b1.x + b1.y + b1.z + b1.w;
+                const k4_x v = ld_k4_x(x + (u64)t * n + e0);
 #pragma unroll
                 for (int r = 0; r < R; ++r) {
                     if (r >= rv) break;
                     const float* vl = vlo[r];
                     const float* vh = vhi[r];
-                    const float lo = vl[0] * a0.x + vl[1] * a0.y + vl[2] * a0.z + vl[3] * a0.w +
-                                     vl[4] * a1.x + vl[5] * a1.y + vl[6] * a1.z + vl[7] * a1.w;
-                    const float hi = vh[0] * b0.x + vh[1] * b0.y + vh[2] * b0.z + vh[3] * b0.w +
-                                     vh[4] * b1.x + vh[5] * b1.y + vh[6] * b1.z + vh[7] * b1.w;
-                    acc[r][t] += d[r] * (sc1[r] * lo + sc2[r] * hi) - dmin[r] * (m1[r] * slo + m2[r] * shi);
+                    const float lo = vl[0] * v.a0.x + vl[1] * v.a0.y + vl[2] * v.a0.z + vl[3] * v.a0.w +
+                                     vl[4] * v.a1.x + vl[5] * v.a1.y + vl[6] * v.a1.z + vl[7] * v.a1.w;
+                    const float hi = vh[0] * v.b0.x + vh[1] * v.b0.y + vh[2] * v.b0.z + vh[3] * v.b0.w +
+                                     vh[4] * v.b1.x + vh[5] * v.b1.y + vh[6] * v.b1.z + vh[7] * v.b1.w;
+                    acc[r][t] += d[r] * (sc1[r] * lo + sc2[r] * hi) - dmin[r] * (m1[r] * v.slo + m2[r] * v.shi);
                 }
             }
         }
