@@ -27,7 +27,14 @@ func testHybrid(t *testing.T, d *Device, big bool) {
 		testSSMConv(t, d, r, heavy)
 		testL2Norm(t, d, r, heavy)
 		for _, chunked := range []bool{false, true} {
-			testDeltaRule(t, d, r, heavy, big, chunked)
+			shape := DeltaNetShape{DState: 64, NKHeads: 2, NVHeads: 4}
+			if big {
+				shape = DeltaNetShape{DState: 128, NKHeads: 16, NVHeads: 32}
+			}
+			testDeltaRule(t, d, r, heavy, shape, chunked)
+			// a head size that is no multiple of the recurrent kernel's 4 threads per column,
+			// its 8-element batches or a warp
+			testDeltaRule(t, d, r, heavy, DeltaNetShape{DState: 37, NKHeads: 1, NVHeads: 2}, chunked)
 		}
 	}
 	r := rand.New(rand.NewPCG(43, 44))
@@ -177,13 +184,10 @@ func deltaRuleRef(S [][]float64, qkv, beta, g []float32, T int, s DeltaNetShape,
 	return out
 }
 
-// testDeltaRule runs the recurrent kernel (chunked false) or the chunked one on calls of 6, 1,
-// 37 (three chunks, the last partial) and 3 tokens, the state carried from call to call.
-func testDeltaRule(t *testing.T, d *Device, r *rand.Rand, heavy, big, chunked bool) {
-	s := DeltaNetShape{DState: 64, NKHeads: 2, NVHeads: 4}
-	if big {
-		s = DeltaNetShape{DState: 128, NKHeads: 16, NVHeads: 32}
-	}
+// testDeltaRule runs the recurrent kernel (chunked false) or the chunked one for heads of shape s
+// on calls of 6, 1, 37 (three chunks, the last partial) and 3 tokens, the state carried from
+// call to call.
+func testDeltaRule(t *testing.T, d *Device, r *rand.Rand, heavy bool, s DeltaNetShape, chunked bool) {
 	ds, hk, hv := s.DState, s.NKHeads, s.NVHeads
 	kdim, vd := hk*ds, hv*ds
 	s.Stride = 2*kdim + vd + 3 // rows wider than q|k|v, as a strided view would be
