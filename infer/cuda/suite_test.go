@@ -454,7 +454,7 @@ func f16round(v float32) float64 { return float64(quant.FP16ToFP32(quant.FP32ToF
 func testAttention(t *testing.T, d *Device, big bool) {
 	r := rand.New(rand.NewPCG(11, 12))
 	type cfg struct{ nhead, nkv, hd, ctx, pos0, T int }
-	cfgs := []cfg{{6, 2, 64, 40, 17, 3}, {4, 4, 96, 24, 0, 5}, {2, 1, 128, 300, 270, 2}, {2, 1, 256, 20, 12, 2}}
+	cfgs := []cfg{{6, 2, 64, 40, 17, 3}, {4, 4, 96, 24, 0, 5}, {2, 1, 128, 300, 270, 2}, {2, 1, 256, 20, 12, 2}, {3, 1, 40, 30, 9, 2}}
 	if big {
 		cfgs = append(cfgs, cfg{32, 8, 128, 4096, 4000, 4}, cfg{16, 2, 256, 1024, 1000, 3})
 	}
