@@ -1,9 +1,11 @@
 package quant
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/quant/kernels"
 )
 
 // Benchmarks (single thread): MB/s of float32 input quantized (Quantize) and of
@@ -108,5 +110,30 @@ func TestQuantizeAllocs(t *testing.T) {
 	q := make([]byte, mustRowSize(t, gguf.TypeQ6_K, 4096))
 	if a := testing.AllocsPerRun(5, func() { _ = Dequantize(gguf.TypeQ6_K, y, q) }); a != 0 {
 		t.Errorf("Dequantize allocates %v times", a)
+	}
+}
+
+// BenchmarkQ45KImatrixLanes: ggml's Q4_K and Q5_K quantizers with importance (the sensitivity
+// probes' encoder) with the 16-lane AVX-512 scale search and with the 8-lane AVX2 one alone.
+func BenchmarkQ45KImatrixLanes(b *testing.B) {
+	x := gaussian(1, benchRows*benchCols)
+	im := importanceFor(x, benchCols, 1)
+	defer kernels.SetLaneSearch16(true)
+	for _, typ := range []gguf.GGMLType{gguf.TypeQ4_K, gguf.TypeQ5_K} {
+		for _, lanes := range []int{16, 8} {
+			b.Run(fmt.Sprintf("%s/%dlanes", typ, lanes), func(b *testing.B) {
+				kernels.SetLaneSearch16(lanes == 16)
+				if lanes == 16 && !kernels.HasLaneSearch16() {
+					b.Skip("no AVX-512F assembly")
+				}
+				dst := make([]byte, benchRows*mustRowSize(b, typ, benchCols))
+				b.SetBytes(int64(4 * len(x)))
+				for b.Loop() {
+					if err := Quantize(typ, dst, x, benchRows, benchCols, &Options{Threads: 1, Importance: im}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }

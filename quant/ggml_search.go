@@ -399,6 +399,36 @@ func qkxQuants8(s *scratch, x, w []float32, L []uint8, scales, mins *[8]float32,
 	}
 }
 
+// qkxQuants16 is qkxQuants8 (make_qkx3_quants) for the sixteen n-element sub-blocks of two
+// super-blocks, x[n·j : n·j+n] with weights w, j = 0..15, in the AVX-512 lanes of
+// kernels.QkxSearch16; the caller checked kernels.HasLaneSearch16. Each sub-block's result is
+// the bits qkxQuants8 gives.
+func qkxQuants16(s *scratch, x, w []float32, L []uint8, scales, mins *[16]float32, n int, nmax int32,
+	rmin, rdelta float32, nstep int) {
+	var num [64]float32
+	fnmax := float32(nmax)
+	for is := 0; is <= nstep; is++ {
+		num[is] = float32(rmin+float32(rdelta*float32(is))) + fnmax
+	}
+	ln := &s.kx16
+	for j := 0; j < 16; j++ {
+		for i := 0; i < n; i++ {
+			ln.X[i*16+j] = x[n*j+i]
+			ln.W[i*16+j] = w[n*j+i]
+		}
+	}
+	if !kernels.QkxSearch16(ln, n, nmax, num[:nstep+1]) {
+		panic("quant: qkxQuants16 without the 16-lane search")
+	}
+	*scales = ln.Scale
+	*mins = ln.Min
+	for j := 0; j < 16; j++ {
+		for i := 0; i < n; i++ {
+			L[n*j+i] = uint8(ln.L[i*16+j])
+		}
+	}
+}
+
 // qxQuants8 runs ggmlQxQuants on the eight n-element sub-blocks x[n·j : n·j+n] with weights
 // qw (nil: x²), j = 0..7, into scales[j] and L[n·j : n·j+n]; in SIMD lanes
 // (kernels.QxSearch8) where the assembly kernels run, bit-identical to the scalar loop.

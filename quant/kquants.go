@@ -12,6 +12,8 @@ package quant
 import (
 	"encoding/binary"
 	"math"
+
+	"github.com/tq-project/tq/quant/kernels"
 )
 
 // ---------------------------------------------------------------- packing helpers
@@ -471,47 +473,64 @@ func finishQ45K(yb []byte, xb []float32, L []uint8, nmax int32) {
 	}
 }
 
-// quantRowQ45KImp ports quantize_row_q4_K_impl / quantize_row_q5_K_impl.
+// quantRowQ45KImp ports quantize_row_q4_K_impl / quantize_row_q5_K_impl. Where the 16-lane
+// search runs (kernels.HasLaneSearch16), super-blocks go through the scale search two at a
+// time; the bytes are the same.
 func quantRowQ45KImp(dst []byte, x, qw []float32, s *scratch, nmax int32) {
-	var scales, mins, sw [8]float32
-	var Ls, Lm [8]uint8
-	L := s.Lu[:QK_K]
-	w := s.w[:QK_K]
 	bs := sizeQ4_K
 	if nmax == 31 {
 		bs = sizeQ5_K
 	}
-	for ib := 0; ib < len(x)/QK_K; ib++ {
-		xb := x[QK_K*ib : QK_K*ib+QK_K]
-		yb := dst[bs*ib : bs*ib+bs]
-		var sumx2 float32
-		for _, v := range xb {
-			sumx2 += float32(v * v)
+	nb := len(x) / QK_K
+	pair := kernels.HasLaneSearch16()
+	for ib := 0; ib < nb; {
+		k := 1
+		if pair && ib+1 < nb {
+			k = 2
 		}
-		sigma2 := float32(2 * sumx2 / QK_K)
-		for j := 0; j < 8; j++ {
-			xs := xb[32*j : 32*j+32]
-			wj := w[32*j : 32*j+32]
-			imatrixWeights(wj, xs, qw[QK_K*ib+32*j:], sigma2)
-			var sumw float32
-			for _, v := range wj {
-				sumw += v
+		xb := x[QK_K*ib : QK_K*(ib+k)]
+		w := s.w2[:QK_K*k]
+		L := s.Lu2[:QK_K*k]
+		var sw, scales, mins [16]float32
+		for h := 0; h < k; h++ {
+			xh := xb[QK_K*h : QK_K*h+QK_K]
+			var sumx2 float32
+			for _, v := range xh {
+				sumx2 += float32(v * v)
 			}
-			sw[j] = sumw
-		}
-		qkxQuants8(s, xb, w, L, &scales, &mins, 32, nmax, -0.9, 0.05, 36, true)
-		dBlock := ggmlQpQuants(scales[:], Ls[:], 63, sw[:])
-		mBlock := ggmlQpQuants(mins[:], Lm[:], 63, sw[:])
-		if nmax == 31 { // only the Q5_K impl clamps here
-			for j := range Ls {
-				Ls[j] = min(63, Ls[j])
-				Lm[j] = min(63, Lm[j])
+			sigma2 := float32(2 * sumx2 / QK_K)
+			for j := 0; j < 8; j++ {
+				wj := w[QK_K*h+32*j : QK_K*h+32*j+32]
+				imatrixWeights(wj, xh[32*j:32*j+32], qw[QK_K*(ib+h)+32*j:], sigma2)
+				var sumw float32
+				for _, v := range wj {
+					sumw += v
+				}
+				sw[8*h+j] = sumw
 			}
 		}
-		packScalesK4(yb[4:16], &Ls, &Lm)
-		putF16(yb[0:], dBlock)
-		putF16(yb[2:], mBlock)
-		finishQ45K(yb, xb, L, nmax)
+		if k == 2 {
+			qkxQuants16(s, xb, w, L, &scales, &mins, 32, nmax, -0.9, 0.05, 36)
+		} else {
+			qkxQuants8(s, xb, w, L, (*[8]float32)(scales[:8]), (*[8]float32)(mins[:8]), 32, nmax, -0.9, 0.05, 36, true)
+		}
+		for h := 0; h < k; h++ {
+			var Ls, Lm [8]uint8
+			dBlock := ggmlQpQuants(scales[8*h:8*h+8], Ls[:], 63, sw[8*h:8*h+8])
+			mBlock := ggmlQpQuants(mins[8*h:8*h+8], Lm[:], 63, sw[8*h:8*h+8])
+			if nmax == 31 { // only the Q5_K impl clamps here
+				for j := range Ls {
+					Ls[j] = min(63, Ls[j])
+					Lm[j] = min(63, Lm[j])
+				}
+			}
+			yb := dst[bs*(ib+h) : bs*(ib+h)+bs]
+			packScalesK4(yb[4:16], &Ls, &Lm)
+			putF16(yb[0:], dBlock)
+			putF16(yb[2:], mBlock)
+			finishQ45K(yb, xb[QK_K*h:QK_K*h+QK_K], L[QK_K*h:QK_K*h+QK_K], nmax)
+		}
+		ib += k
 	}
 }
 

@@ -55,15 +55,16 @@ func laneCases(ncols int) []dataset {
 	}
 }
 
-// TestLaneSearchMatchesScalar: the SIMD-lane searches (kernels.QkxSearch8, QxSearch8) give
-// the same bytes as the scalar ggml searches for every K-quant type that uses them, with and
-// without importance weights, in both modes (improved mode starts from these searches).
+// TestLaneSearchMatchesScalar: the SIMD-lane searches (kernels.QkxSearch8, QkxSearch16,
+// QxSearch8) give the same bytes as the scalar ggml searches for every K-quant type that uses
+// them, with and without importance weights, in both modes (improved mode starts from these
+// searches); on AVX-512 CPUs with the 16-lane search and without it.
 func TestLaneSearchMatchesScalar(t *testing.T) {
 	if !kernels.HasAsm() {
 		t.Skip("no assembly kernels on this machine/build: only the scalar search runs")
 	}
 	defer kernels.SetPureGo(false)
-	const ncols = 1024
+	const ncols = 1280 // five super-blocks: two pairs and one alone on the 16-lane path
 	types := []gguf.GGMLType{gguf.TypeQ8_0, gguf.TypeQ2_K, gguf.TypeQ3_K, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K}
 	for _, ds := range laneCases(ncols) {
 		im := importanceFor(ds.x, ncols, 5)
@@ -79,10 +80,17 @@ func TestLaneSearchMatchesScalar(t *testing.T) {
 						}
 						return b
 					}
-					want, got := dst(true), dst(false)
-					if !bytes.Equal(got, want) {
-						t.Errorf("%s %v mode %d imatrix %v: lane search differs from scalar in %d bytes",
-							ds.name, typ, m, imp != nil, diffBytes(got, want))
+					want := dst(true)
+					// the 16-lane search where the CPU has it (Q4_K/Q5_K with importance),
+					// then the 8-lane one alone
+					for _, on16 := range []bool{true, false} {
+						kernels.SetLaneSearch16(on16)
+						got := dst(false)
+						kernels.SetLaneSearch16(true)
+						if !bytes.Equal(got, want) {
+							t.Errorf("%s %v mode %d imatrix %v (16 lanes %v): lane search differs from scalar in %d bytes",
+								ds.name, typ, m, imp != nil, on16 && kernels.HasLaneSearch16(), diffBytes(got, want))
+						}
 					}
 				}
 			}

@@ -63,6 +63,10 @@ type scratch struct {
 	imp  impScratch
 	kx   kernels.QkxLanes // lane-parallel searches (qkxQuants8, qxQuants8)
 	qx   kernels.QxLanes
+	// two super-blocks at a time for the 16-lane search (quantRowQ45KImp, qkxQuants16)
+	w2   [2 * QK_K]float32
+	Lu2  [2 * QK_K]uint8
+	kx16 kernels.QkxLanes16
 }
 
 type rowFunc func(dst []byte, x, qw []float32, s *scratch)

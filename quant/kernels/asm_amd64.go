@@ -74,6 +74,11 @@ func qkxSearch8AVX2(s *QkxLanes, nmax int32, num *float32, nnum int, n int)
 //go:noescape
 func qxSearch8AVX2(s *QxLanes, nmax int32, num *float32, nnum int, n int)
 
+// qkxSearch16AVX512 is qkxSearch8AVX2 over 16 lanes (search512_amd64.s; AVX-512F).
+//
+//go:noescape
+func qkxSearch16AVX512(s *QkxLanes16, nmax int32, num *float32, nnum int, n int)
+
 // Row widening (float_amd64.s); n is a positive multiple of 8.
 //
 //go:noescape

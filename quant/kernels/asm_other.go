@@ -31,9 +31,12 @@ func axpyFMAAVX2(y *float32, a float32, x *float32, n int) { panic(noAsm) }
 func scaleF32AVX2(y *float32, a float32, n int)            { panic(noAsm) }
 
 func qkxSearch8AVX2(s *QkxLanes, nmax int32, num *float32, nnum int, n int) { panic(noAsm) }
-func qxSearch8AVX2(s *QxLanes, nmax int32, num *float32, nnum int, n int)   { panic(noAsm) }
-func widenF16AVX2(dst *float32, src *byte, n int)                           { panic(noAsm) }
-func narrowF16AVX2(dst *byte, src *float32, n int)                          { panic(noAsm) }
+func qkxSearch16AVX512(s *QkxLanes16, nmax int32, num *float32, nnum int, n int) {
+	panic(noAsm)
+}
+func qxSearch8AVX2(s *QxLanes, nmax int32, num *float32, nnum int, n int) { panic(noAsm) }
+func widenF16AVX2(dst *float32, src *byte, n int)                         { panic(noAsm) }
+func narrowF16AVX2(dst *byte, src *float32, n int)                        { panic(noAsm) }
 func dotF16F32RowsAVX2(w *byte, stride int, x *float32, n int, rows int, out *float32) {
 	panic(noAsm)
 }

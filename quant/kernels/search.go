@@ -1,5 +1,7 @@
 package kernels
 
+import "sync/atomic"
+
 // Lane-parallel K-quant scale searches. ggml's make_qkx2_quants / make_qkx3_quants (the
 // asymmetric scale-and-min search of Q4_K, Q5_K, Q2_K, Q4_1 and Q5_1) and make_qx_quants (the
 // symmetric search of Q6_K, Q3_K and the imatrix Q4_0/Q5_0) run one sub-block at a time, each
@@ -44,6 +46,44 @@ func QkxSearch8(s *QkxLanes, n int, nmax int32, num []float32) bool {
 		return false
 	}
 	qkxSearch8AVX2(s, nmax, &num[0], len(num), n)
+	return true
+}
+
+// QkxLanes16 is QkxLanes for QkxSearch16: sixteen lanes, element i of sub-block j at [i·16+j].
+type QkxLanes16 struct {
+	X, W  [512]float32
+	fl    [512]float32
+	sumW  [16]float32
+	sumX  [16]float32
+	best  [16]float32
+	scale [16]float32
+	bIs   [16]float32
+	bMin  [16]float32
+	max   [16]float32
+	min0  [16]float32
+	Scale [16]float32
+	Min   [16]float32
+	L     [512]int32
+}
+
+// HasLaneSearch16 reports whether QkxSearch16 runs (the AVX-512F assembly is in use and not
+// turned off with SetLaneSearch16).
+func HasLaneSearch16() bool { return have512 && useAsm() && !lane16Off.Load() }
+
+var lane16Off atomic.Bool
+
+// SetLaneSearch16 turns the 16-lane search on (the default where AVX-512F is present) or off
+// (callers then take QkxSearch8; tests use it to run both paths on one machine).
+func SetLaneSearch16(on bool) { lane16Off.Store(!on) }
+
+// QkxSearch16 is QkxSearch8 for sixteen sub-blocks (two K-quant super-blocks) at once, in
+// AVX-512 lanes; each lane's result is bit-identical to QkxSearch8's and the scalar search's.
+// It reports false, doing nothing, when HasLaneSearch16 is false.
+func QkxSearch16(s *QkxLanes16, n int, nmax int32, num []float32) bool {
+	if !HasLaneSearch16() || len(num) == 0 || n < 1 || n > 32 {
+		return false
+	}
+	qkxSearch16AVX512(s, nmax, &num[0], len(num), n)
 	return true
 }
 

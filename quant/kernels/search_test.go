@@ -1,6 +1,8 @@
 package kernels
 
 import (
+	"math"
+	"math/rand/v2"
 	"testing"
 	"unsafe"
 )
@@ -9,6 +11,7 @@ import (
 func TestLaneStateLayout(t *testing.T) {
 	var k QkxLanes
 	var q QxLanes
+	var k16 QkxLanes16
 	for _, c := range []struct {
 		name      string
 		got, want uintptr
@@ -34,9 +37,22 @@ func TestLaneStateLayout(t *testing.T) {
 		{"QxLanes.deg", unsafe.Offsetof(q.deg), 2144},
 		{"QxLanes.Scale", unsafe.Offsetof(q.Scale), 2176},
 		{"QxLanes.L", unsafe.Offsetof(q.L), 2208},
+		{"QkxLanes16.W", unsafe.Offsetof(k16.W), 2048},
+		{"QkxLanes16.fl", unsafe.Offsetof(k16.fl), 4096},
+		{"QkxLanes16.sumW", unsafe.Offsetof(k16.sumW), 6144},
+		{"QkxLanes16.sumX", unsafe.Offsetof(k16.sumX), 6208},
+		{"QkxLanes16.best", unsafe.Offsetof(k16.best), 6272},
+		{"QkxLanes16.scale", unsafe.Offsetof(k16.scale), 6336},
+		{"QkxLanes16.bIs", unsafe.Offsetof(k16.bIs), 6400},
+		{"QkxLanes16.bMin", unsafe.Offsetof(k16.bMin), 6464},
+		{"QkxLanes16.max", unsafe.Offsetof(k16.max), 6528},
+		{"QkxLanes16.min0", unsafe.Offsetof(k16.min0), 6592},
+		{"QkxLanes16.Scale", unsafe.Offsetof(k16.Scale), 6656},
+		{"QkxLanes16.Min", unsafe.Offsetof(k16.Min), 6720},
+		{"QkxLanes16.L", unsafe.Offsetof(k16.L), 6784},
 	} {
 		if c.got != c.want {
-			t.Errorf("%s at offset %d, search_amd64.s expects %d", c.name, c.got, c.want)
+			t.Errorf("%s at offset %d, search_amd64.s / search512_amd64.s expect %d", c.name, c.got, c.want)
 		}
 	}
 }
@@ -54,6 +70,75 @@ func TestProxyLanesLayout(t *testing.T) {
 	} {
 		if c.got != c.want {
 			t.Errorf("ProxyLanes.%s at %d, the assembly uses %d", c.name, c.got, c.want)
+		}
+	}
+}
+
+// TestQkxSearch16MatchesSearch8: the 16-lane AVX-512 search gives, lane by lane, the bits of
+// two 8-lane searches (which the quant package's tests tie to ggml's scalar search), on
+// Gaussian, heavy-tailed, constant, all-positive, all-zero and constant negative (degenerate:
+// max == min) and zero-weight sub-blocks, for
+// several sub-block lengths and step counts.
+func TestQkxSearch16MatchesSearch8(t *testing.T) {
+	if !HasLaneSearch16() {
+		t.Skip("no AVX-512F assembly on this machine/build")
+	}
+	r := rand.New(rand.NewPCG(61, 62))
+	for trial := 0; trial < 200; trial++ {
+		n := []int{32, 16, 7, 1}[trial%4]
+		nmax := []int32{15, 31, 3}[trial%3]
+		nstep := []int{36, 20, 1}[trial%3]
+		var num [64]float32
+		for is := 0; is <= nstep; is++ {
+			num[is] = float32(-0.9+float32(0.05*float32(is))) + float32(nmax)
+		}
+		var s16 QkxLanes16
+		var s8 [2]QkxLanes
+		for j := 0; j < 16; j++ {
+			kind := (trial + j) % 8
+			for i := 0; i < n; i++ {
+				x := float32(r.NormFloat64())
+				switch kind {
+				case 1:
+					x = float32(r.NormFloat64() / (r.Float64() + 0.02)) // heavy tails
+				case 2:
+					x = 0.5 // constant and positive (min clamps to 0)
+				case 6:
+					x = -0.5 // constant, not positive: max == min, a degenerate lane
+				case 7:
+					x = 0 // all zero: degenerate
+				case 3:
+					x = float32(math.Abs(float64(x))) + 1 // all positive
+				case 4:
+					x *= 1e-20
+				}
+				w := float32(r.Float64())
+				if kind == 5 && i%3 == 0 {
+					w = 0
+				}
+				s16.X[i*16+j], s16.W[i*16+j] = x, w
+				s8[j/8].X[i*8+j%8], s8[j/8].W[i*8+j%8] = x, w
+			}
+		}
+		if !QkxSearch16(&s16, n, nmax, num[:nstep+1]) {
+			t.Fatal("QkxSearch16 did not run")
+		}
+		for h := range s8 {
+			if !QkxSearch8(&s8[h], n, nmax, num[:nstep+1]) {
+				t.Fatal("QkxSearch8 did not run")
+			}
+		}
+		for j := 0; j < 16; j++ {
+			a, b := &s8[j/8], j%8
+			if math.Float32bits(s16.Scale[j]) != math.Float32bits(a.Scale[b]) || math.Float32bits(s16.Min[j]) != math.Float32bits(a.Min[b]) {
+				t.Fatalf("trial %d (n %d, nmax %d, nstep %d) lane %d: scale %v min %v, 8-lane %v %v", trial, n, nmax, nstep, j,
+					s16.Scale[j], s16.Min[j], a.Scale[b], a.Min[b])
+			}
+			for i := 0; i < n; i++ {
+				if s16.L[i*16+j] != a.L[i*8+b] {
+					t.Fatalf("trial %d lane %d element %d: label %d, 8-lane %d", trial, j, i, s16.L[i*16+j], a.L[i*8+b])
+				}
+			}
 		}
 	}
 }
