@@ -113,27 +113,34 @@ func TestQuantizeAllocs(t *testing.T) {
 	}
 }
 
-// BenchmarkQ45KImatrixLanes: ggml's Q4_K and Q5_K quantizers with importance (the sensitivity
-// probes' encoder) with the 16-lane AVX-512 scale search and with the 8-lane AVX2 one alone.
-func BenchmarkQ45KImatrixLanes(b *testing.B) {
+// BenchmarkQ45KLanes: ggml's Q4_K and Q5_K quantizers, with importance (the sensitivity
+// probes' encoder) and without, with the 16-lane AVX-512 scale search and with the 8-lane AVX2
+// one alone.
+func BenchmarkQ45KLanes(b *testing.B) {
 	x := gaussian(1, benchRows*benchCols)
 	im := importanceFor(x, benchCols, 1)
 	defer kernels.SetLaneSearch16(true)
 	for _, typ := range []gguf.GGMLType{gguf.TypeQ4_K, gguf.TypeQ5_K} {
-		for _, lanes := range []int{16, 8} {
-			b.Run(fmt.Sprintf("%s/%dlanes", typ, lanes), func(b *testing.B) {
-				kernels.SetLaneSearch16(lanes == 16)
-				if lanes == 16 && !kernels.HasLaneSearch16() {
-					b.Skip("no AVX-512F assembly")
-				}
-				dst := make([]byte, benchRows*mustRowSize(b, typ, benchCols))
-				b.SetBytes(int64(4 * len(x)))
-				for b.Loop() {
-					if err := Quantize(typ, dst, x, benchRows, benchCols, &Options{Threads: 1, Importance: im}); err != nil {
-						b.Fatal(err)
+		for _, imp := range [][]float32{im, nil} {
+			mode := "imatrix"
+			if imp == nil {
+				mode = "reference"
+			}
+			for _, lanes := range []int{16, 8} {
+				b.Run(fmt.Sprintf("%s/%s/%dlanes", typ, mode, lanes), func(b *testing.B) {
+					kernels.SetLaneSearch16(lanes == 16)
+					if lanes == 16 && !kernels.HasLaneSearch16() {
+						b.Skip("no AVX-512F assembly")
 					}
-				}
-			})
+					dst := make([]byte, benchRows*mustRowSize(b, typ, benchCols))
+					b.SetBytes(int64(4 * len(x)))
+					for b.Loop() {
+						if err := Quantize(typ, dst, x, benchRows, benchCols, &Options{Threads: 1, Importance: imp}); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			}
 		}
 	}
 }

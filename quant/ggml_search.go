@@ -399,7 +399,7 @@ func qkxQuants8(s *scratch, x, w []float32, L []uint8, scales, mins *[8]float32,
 	}
 }
 
-// qkxQuants16 is qkxQuants8 (make_qkx3_quants) for the sixteen n-element sub-blocks of two
+// qkxQuants16 is qkxQuants8 (make_qkx2/3_quants) for the sixteen n-element sub-blocks of two
 // super-blocks, x[n·j : n·j+n] with weights w, j = 0..15, in the AVX-512 lanes of
 // kernels.QkxSearch16; the caller checked kernels.HasLaneSearch16. Each sub-block's result is
 // the bits qkxQuants8 gives.

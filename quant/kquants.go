@@ -403,22 +403,27 @@ func dequantQ3K(y []float32, b []byte) {
 
 // ---------------------------------------------------------------- Q4_K / Q5_K
 
-// quantRowQ45KRef ports quantize_row_q4_K_ref (nmax 15) and _q5_K_ref (nmax 31).
+// quantRowQ45KRef ports quantize_row_q4_K_ref (nmax 15) and _q5_K_ref (nmax 31). Where the
+// 16-lane search runs (kernels.HasLaneSearch16), super-blocks go through the scale search two
+// at a time; the bytes are the same.
 func quantRowQ45KRef(dst []byte, x []float32, s *scratch, nmax int32) {
-	var scales, mins [8]float32
-	L := s.Lu[:QK_K]
-	w := s.w[:QK_K]
 	bs := sizeQ4_K
 	rmin, nstep := float32(-1), 20
 	if nmax == 31 {
 		bs = sizeQ5_K
 		rmin, nstep = -0.5, 15
 	}
-	for ib := 0; ib < len(x)/QK_K; ib++ {
-		xb := x[QK_K*ib : QK_K*ib+QK_K]
-		yb := dst[bs*ib : bs*ib+bs]
-		var maxScale, maxMin float32
-		for j := 0; j < 8; j++ {
+	nb := len(x) / QK_K
+	pair := kernels.HasLaneSearch16()
+	for ib := 0; ib < nb; {
+		k := 1
+		if pair && ib+1 < nb {
+			k = 2
+		}
+		xb := x[QK_K*ib : QK_K*(ib+k)]
+		w := s.w2[:QK_K*k]
+		L := s.Lu2[:QK_K*k]
+		for j := 0; j < 8*k; j++ {
 			xs := xb[32*j : 32*j+32]
 			var sumx2 float32
 			for _, v := range xs {
@@ -429,31 +434,41 @@ func quantRowQ45KRef(dst []byte, x []float32, s *scratch, nmax int32) {
 				w[32*j+l] = avx + fabs(v)
 			}
 		}
-		qkxQuants8(s, xb, w, L, &scales, &mins, 32, nmax, rmin, 0.1, nstep, false)
-		for j := 0; j < 8; j++ {
-			if scales[j] > maxScale {
-				maxScale = scales[j]
+		var scales, mins [16]float32
+		if k == 2 {
+			qkxQuants16(s, xb, w, L, &scales, &mins, 32, nmax, rmin, 0.1, nstep)
+		} else {
+			qkxQuants8(s, xb, w, L, (*[8]float32)(scales[:8]), (*[8]float32)(mins[:8]), 32, nmax, rmin, 0.1, nstep, false)
+		}
+		for h := 0; h < k; h++ {
+			var maxScale, maxMin float32
+			for j := 8 * h; j < 8*h+8; j++ {
+				if scales[j] > maxScale {
+					maxScale = scales[j]
+				}
+				if mins[j] > maxMin {
+					maxMin = mins[j]
+				}
 			}
-			if mins[j] > maxMin {
-				maxMin = mins[j]
+			var invScale, invMin float32
+			if maxScale > 0 {
+				invScale = 63 / maxScale
 			}
+			if maxMin > 0 {
+				invMin = 63 / maxMin
+			}
+			var ls, lm [8]uint8
+			for j := 0; j < 8; j++ {
+				ls[j] = min(63, uint8(nearestInt(invScale*scales[8*h+j])))
+				lm[j] = min(63, uint8(nearestInt(invMin*mins[8*h+j])))
+			}
+			yb := dst[bs*(ib+h) : bs*(ib+h)+bs]
+			packScalesK4(yb[4:16], &ls, &lm)
+			putF16(yb[0:], maxScale/63)
+			putF16(yb[2:], maxMin/63)
+			finishQ45K(yb, xb[QK_K*h:QK_K*h+QK_K], L[QK_K*h:QK_K*h+QK_K], nmax)
 		}
-		var invScale, invMin float32
-		if maxScale > 0 {
-			invScale = 63 / maxScale
-		}
-		if maxMin > 0 {
-			invMin = 63 / maxMin
-		}
-		var ls, lm [8]uint8
-		for j := 0; j < 8; j++ {
-			ls[j] = min(63, uint8(nearestInt(invScale*scales[j])))
-			lm[j] = min(63, uint8(nearestInt(invMin*mins[j])))
-		}
-		packScalesK4(yb[4:16], &ls, &lm)
-		putF16(yb[0:], maxScale/63)
-		putF16(yb[2:], maxMin/63)
-		finishQ45K(yb, xb, L, nmax)
+		ib += k
 	}
 }
 
