@@ -371,11 +371,7 @@ func ggmlQpQuants(x []float32, L []uint8, nmax int32, qw []float32) float32 {
 func qkxQuants8(s *scratch, x, w []float32, L []uint8, scales, mins *[8]float32, n int, nmax int32,
 	rmin, rdelta float32, nstep int, v3 bool) {
 	if kernels.HasLaneSearch() && nstep >= 1 && nstep < 64 {
-		var num [64]float32
-		fnmax := float32(nmax)
-		for is := 0; is <= nstep; is++ {
-			num[is] = float32(rmin+float32(rdelta*float32(is))) + fnmax
-		}
+		num := qkxNumerators(nmax, rmin, rdelta, nstep)
 		ln := &s.kx
 		for j := 0; j < 8; j++ {
 			for i := 0; i < n; i++ {
@@ -399,17 +395,49 @@ func qkxQuants8(s *scratch, x, w []float32, L []uint8, scales, mins *[8]float32,
 	}
 }
 
+// qkxNumerators returns the lane searches' iscale numerators (rmin + rdelta·k) + nmax for
+// k = 0..nstep (nstep < 64), computed in float32 as ggml does.
+func qkxNumerators(nmax int32, rmin, rdelta float32, nstep int) *[64]float32 {
+	var num [64]float32
+	fnmax := float32(nmax)
+	for is := 0; is <= nstep; is++ {
+		num[is] = float32(rmin+float32(rdelta*float32(is))) + fnmax
+	}
+	return &num
+}
+
+// qkxRun runs the scale search of k super-blocks (k = 1 or 2; 2 only where
+// kernels.HasLaneSearch16) of 32-element sub-blocks: qkxQuants16 or qkxQuants8.
+func qkxRun(s *scratch, k int, x, w []float32, L []uint8, scales, mins *[16]float32, nmax int32,
+	rmin, rdelta float32, nstep int, v3 bool) {
+	if k == 2 {
+		qkxQuants16(s, x, w, L, scales, mins, 32, nmax, rmin, rdelta, nstep)
+		return
+	}
+	qkxQuants8(s, x, w, L, (*[8]float32)(scales[:8]), (*[8]float32)(mins[:8]), 32, nmax, rmin, rdelta, nstep, v3)
+}
+
+// superBlockRuns calls fn for consecutive runs of k of the nb super-blocks of a row, from ib:
+// two at a time where the 16-lane search runs (the last one alone when nb is odd), else one.
+func superBlockRuns(nb int, fn func(ib, k int)) {
+	pair := kernels.HasLaneSearch16()
+	for ib := 0; ib < nb; {
+		k := 1
+		if pair && ib+1 < nb {
+			k = 2
+		}
+		fn(ib, k)
+		ib += k
+	}
+}
+
 // qkxQuants16 is qkxQuants8 (make_qkx2/3_quants) for the sixteen n-element sub-blocks of two
 // super-blocks, x[n·j : n·j+n] with weights w, j = 0..15, in the AVX-512 lanes of
 // kernels.QkxSearch16; the caller checked kernels.HasLaneSearch16. Each sub-block's result is
 // the bits qkxQuants8 gives.
 func qkxQuants16(s *scratch, x, w []float32, L []uint8, scales, mins *[16]float32, n int, nmax int32,
 	rmin, rdelta float32, nstep int) {
-	var num [64]float32
-	fnmax := float32(nmax)
-	for is := 0; is <= nstep; is++ {
-		num[is] = float32(rmin+float32(rdelta*float32(is))) + fnmax
-	}
+	num := qkxNumerators(nmax, rmin, rdelta, nstep)
 	ln := &s.kx16
 	for j := 0; j < 16; j++ {
 		for i := 0; i < n; i++ {

@@ -12,8 +12,6 @@ package quant
 import (
 	"encoding/binary"
 	"math"
-
-	"github.com/tq-project/tq/quant/kernels"
 )
 
 // ---------------------------------------------------------------- packing helpers
@@ -413,13 +411,7 @@ func quantRowQ45KRef(dst []byte, x []float32, s *scratch, nmax int32) {
 		bs = sizeQ5_K
 		rmin, nstep = -0.5, 15
 	}
-	nb := len(x) / QK_K
-	pair := kernels.HasLaneSearch16()
-	for ib := 0; ib < nb; {
-		k := 1
-		if pair && ib+1 < nb {
-			k = 2
-		}
+	superBlockRuns(len(x)/QK_K, func(ib, k int) {
 		xb := x[QK_K*ib : QK_K*(ib+k)]
 		w := s.w2[:QK_K*k]
 		L := s.Lu2[:QK_K*k]
@@ -435,11 +427,7 @@ func quantRowQ45KRef(dst []byte, x []float32, s *scratch, nmax int32) {
 			}
 		}
 		var scales, mins [16]float32
-		if k == 2 {
-			qkxQuants16(s, xb, w, L, &scales, &mins, 32, nmax, rmin, 0.1, nstep)
-		} else {
-			qkxQuants8(s, xb, w, L, (*[8]float32)(scales[:8]), (*[8]float32)(mins[:8]), 32, nmax, rmin, 0.1, nstep, false)
-		}
+		qkxRun(s, k, xb, w, L, &scales, &mins, nmax, rmin, 0.1, nstep, false)
 		for h := 0; h < k; h++ {
 			var maxScale, maxMin float32
 			for j := 8 * h; j < 8*h+8; j++ {
@@ -468,8 +456,7 @@ func quantRowQ45KRef(dst []byte, x []float32, s *scratch, nmax int32) {
 			putF16(yb[2:], maxMin/63)
 			finishQ45K(yb, xb[QK_K*h:QK_K*h+QK_K], L[QK_K*h:QK_K*h+QK_K], nmax)
 		}
-		ib += k
-	}
+	})
 }
 
 // finishQ45K requantizes with the stored scales/mins and packs the labels.
@@ -496,13 +483,7 @@ func quantRowQ45KImp(dst []byte, x, qw []float32, s *scratch, nmax int32) {
 	if nmax == 31 {
 		bs = sizeQ5_K
 	}
-	nb := len(x) / QK_K
-	pair := kernels.HasLaneSearch16()
-	for ib := 0; ib < nb; {
-		k := 1
-		if pair && ib+1 < nb {
-			k = 2
-		}
+	superBlockRuns(len(x)/QK_K, func(ib, k int) {
 		xb := x[QK_K*ib : QK_K*(ib+k)]
 		w := s.w2[:QK_K*k]
 		L := s.Lu2[:QK_K*k]
@@ -524,11 +505,7 @@ func quantRowQ45KImp(dst []byte, x, qw []float32, s *scratch, nmax int32) {
 				sw[8*h+j] = sumw
 			}
 		}
-		if k == 2 {
-			qkxQuants16(s, xb, w, L, &scales, &mins, 32, nmax, -0.9, 0.05, 36)
-		} else {
-			qkxQuants8(s, xb, w, L, (*[8]float32)(scales[:8]), (*[8]float32)(mins[:8]), 32, nmax, -0.9, 0.05, 36, true)
-		}
+		qkxRun(s, k, xb, w, L, &scales, &mins, nmax, -0.9, 0.05, 36, true)
 		for h := 0; h < k; h++ {
 			var Ls, Lm [8]uint8
 			dBlock := ggmlQpQuants(scales[8*h:8*h+8], Ls[:], 63, sw[8*h:8*h+8])
@@ -545,8 +522,7 @@ func quantRowQ45KImp(dst []byte, x, qw []float32, s *scratch, nmax int32) {
 			putF16(yb[2:], mBlock)
 			finishQ45K(yb, xb[QK_K*h:QK_K*h+QK_K], L[QK_K*h:QK_K*h+QK_K], nmax)
 		}
-		ib += k
-	}
+	})
 }
 
 func dequantQ4K(y []float32, b []byte) {
