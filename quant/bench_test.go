@@ -113,14 +113,14 @@ func TestQuantizeAllocs(t *testing.T) {
 	}
 }
 
-// BenchmarkQ45KLanes: ggml's Q4_K and Q5_K quantizers, with importance (the sensitivity
-// probes' encoder) and without, with the 16-lane AVX-512 scale search and with the 8-lane AVX2
-// one alone.
-func BenchmarkQ45KLanes(b *testing.B) {
+// BenchmarkKQuantLanes: ggml's K-quant quantizers, with importance (Q4_K's is the sensitivity
+// probes' encoder) and without, with the 16-lane AVX-512 scale searches and with the 8-lane
+// AVX2 ones alone.
+func BenchmarkKQuantLanes(b *testing.B) {
 	x := gaussian(1, benchRows*benchCols)
 	im := importanceFor(x, benchCols, 1)
 	defer kernels.SetLaneSearch16(true)
-	for _, typ := range []gguf.GGMLType{gguf.TypeQ4_K, gguf.TypeQ5_K} {
+	for _, typ := range []gguf.GGMLType{gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K, gguf.TypeQ3_K, gguf.TypeQ2_K} {
 		for _, imp := range [][]float32{im, nil} {
 			mode := "imatrix"
 			if imp == nil {

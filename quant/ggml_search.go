@@ -406,15 +406,19 @@ func qkxNumerators(nmax int32, rmin, rdelta float32, nstep int) *[64]float32 {
 	return &num
 }
 
-// qkxRun runs the scale search of k super-blocks (k = 1 or 2; 2 only where
-// kernels.HasLaneSearch16) of 32-element sub-blocks: qkxQuants16 or qkxQuants8.
-func qkxRun(s *scratch, k int, x, w []float32, L []uint8, scales, mins *[16]float32, nmax int32,
+// qkxRun runs the scale search of nsub (8 or 16) n-element sub-blocks: one qkxQuants16 where
+// the 16-lane search runs, else qkxQuants8 on each eight.
+func qkxRun(s *scratch, nsub int, x, w []float32, L []uint8, scales, mins *[16]float32, n int, nmax int32,
 	rmin, rdelta float32, nstep int, v3 bool) {
-	if k == 2 {
-		qkxQuants16(s, x, w, L, scales, mins, 32, nmax, rmin, rdelta, nstep)
+	if nsub == 16 && kernels.HasLaneSearch16() {
+		qkxQuants16(s, x, w, L, scales, mins, n, nmax, rmin, rdelta, nstep)
 		return
 	}
-	qkxQuants8(s, x, w, L, (*[8]float32)(scales[:8]), (*[8]float32)(mins[:8]), 32, nmax, rmin, rdelta, nstep, v3)
+	for h := 0; h < nsub/8; h++ {
+		o := 8 * n * h
+		qkxQuants8(s, x[o:o+8*n], w[o:o+8*n], L[o:o+8*n], (*[8]float32)(scales[8*h:8*h+8]), (*[8]float32)(mins[8*h:8*h+8]),
+			n, nmax, rmin, rdelta, nstep, v3)
+	}
 }
 
 // superBlockRuns calls fn for consecutive runs of k of the nb super-blocks of a row, from ib:
@@ -457,19 +461,66 @@ func qkxQuants16(s *scratch, x, w []float32, L []uint8, scales, mins *[16]float3
 	}
 }
 
+// qxNumerators returns make_qx_quants' iscale numerators −(nmax + 0.1·is) for is = −9..9,
+// is ≠ 0, computed in float32 as ggml does.
+func qxNumerators(nmax int32) *[18]float32 {
+	var num [18]float32
+	k := 0
+	for is := int32(-9); is <= 9; is++ {
+		if is != 0 {
+			num[k] = -(float32(nmax) + float32(float32(0.1)*float32(is)))
+			k++
+		}
+	}
+	return &num
+}
+
+// qxQuants16 is qxQuants8 for the sixteen n-element sub-blocks x[n·j : n·j+n], j = 0..15 (a
+// Q6_K or Q3_K super-block), with weights qw (nil: x²): one 16-lane search
+// (kernels.QxSearch16) where it runs and lanes16 is set, else two qxQuants8 calls; the same
+// bits either way. (Q3_K passes false: on the AVX-512 Xeon of docs/kernels.md its quantizer
+// ran about 1.1× slower with the 16-lane search, which is a small part of its work.)
+func qxQuants16(s *scratch, x []float32, L []int8, scales []float32, n int, nmax int32, qw []float32, lanes16 bool) {
+	if !lanes16 || !kernels.HasLaneSearch16() {
+		for h := 0; h < 2; h++ {
+			var w []float32
+			if qw != nil {
+				w = qw[8*n*h : 8*n*h+8*n]
+			}
+			qxQuants8(s, x[8*n*h:8*n*h+8*n], L[8*n*h:8*n*h+8*n], scales[8*h:8*h+8], n, nmax, w)
+		}
+		return
+	}
+	num := qxNumerators(nmax)
+	ln := &s.qx16
+	for j := 0; j < 16; j++ {
+		for i := 0; i < n; i++ {
+			v := x[n*j+i]
+			ln.X[i*16+j] = v
+			if qw != nil {
+				ln.W[i*16+j] = qw[n*j+i]
+			} else {
+				ln.W[i*16+j] = v * v
+			}
+		}
+	}
+	if !kernels.QxSearch16(ln, n, nmax, num[:]) {
+		panic("quant: qxQuants16 without the 16-lane search")
+	}
+	copy(scales[:16], ln.Scale[:])
+	for j := 0; j < 16; j++ {
+		for i := 0; i < n; i++ {
+			L[n*j+i] = int8(ln.L[i*16+j])
+		}
+	}
+}
+
 // qxQuants8 runs ggmlQxQuants on the eight n-element sub-blocks x[n·j : n·j+n] with weights
 // qw (nil: x²), j = 0..7, into scales[j] and L[n·j : n·j+n]; in SIMD lanes
 // (kernels.QxSearch8) where the assembly kernels run, bit-identical to the scalar loop.
 func qxQuants8(s *scratch, x []float32, L []int8, scales []float32, n int, nmax int32, qw []float32) {
 	if kernels.HasLaneSearch() {
-		var num [18]float32
-		k := 0
-		for is := int32(-9); is <= 9; is++ {
-			if is != 0 {
-				num[k] = -(float32(nmax) + float32(float32(0.1)*float32(is)))
-				k++
-			}
-		}
+		num := qxNumerators(nmax)
 		ln := &s.qx
 		for j := 0; j < 8; j++ {
 			for i := 0; i < n; i++ {

@@ -247,10 +247,7 @@ func quantRowQ2KImp(dst []byte, x, qw []float32, s *scratch) {
 				sw[j] += v
 			}
 		}
-		for h := 0; h < 2; h++ {
-			sc, mn := (*[8]float32)(scales[8*h:]), (*[8]float32)(mins[8*h:])
-			qkxQuants8(s, xb[128*h:128*h+128], w[128*h:128*h+128], L[128*h:128*h+128], sc, mn, 16, 3, -0.9, 0.05, 36, true)
-		}
+		qkxRun(s, 16, xb, w, L, &scales, &mins, 16, 3, -0.9, 0.05, 36, true)
 		dm := ggmlQpQuants(scales[:], Ls[:], 15, sw[:])
 		mm := ggmlQpQuants(mins[:], Lm[:], 15, sw[:])
 		putF16(yb[80:], dm)
@@ -356,9 +353,7 @@ func quantRowQ3KImp(dst []byte, x, qw []float32, s *scratch) {
 			}
 			sw[j] = sumw
 		}
-		for h := 0; h < 2; h++ {
-			qxQuants8(s, xb[128*h:128*h+128], Li[128*h:128*h+128], scales[8*h:8*h+8], 16, 4, w[128*h:128*h+128])
-		}
+		qxQuants16(s, xb, Li, scales[:], 16, 4, w[:QK_K], false)
 		dBlock := ggmlQxQuants(scales[:], Ls[:], 32, sw[:])
 		var u [16]uint8
 		for j := range u {
@@ -427,7 +422,7 @@ func quantRowQ45KRef(dst []byte, x []float32, s *scratch, nmax int32) {
 			}
 		}
 		var scales, mins [16]float32
-		qkxRun(s, k, xb, w, L, &scales, &mins, nmax, rmin, 0.1, nstep, false)
+		qkxRun(s, 8*k, xb, w, L, &scales, &mins, 32, nmax, rmin, 0.1, nstep, false)
 		for h := 0; h < k; h++ {
 			var maxScale, maxMin float32
 			for j := 8 * h; j < 8*h+8; j++ {
@@ -505,7 +500,7 @@ func quantRowQ45KImp(dst []byte, x, qw []float32, s *scratch, nmax int32) {
 				sw[8*h+j] = sumw
 			}
 		}
-		qkxRun(s, k, xb, w, L, &scales, &mins, nmax, -0.9, 0.05, 36, true)
+		qkxRun(s, 8*k, xb, w, L, &scales, &mins, 32, nmax, -0.9, 0.05, 36, true)
 		for h := 0; h < k; h++ {
 			var Ls, Lm [8]uint8
 			dBlock := ggmlQpQuants(scales[8*h:8*h+8], Ls[:], 63, sw[8*h:8*h+8])
@@ -582,13 +577,11 @@ func quantRowQ6K(dst []byte, x, qw []float32, s *scratch) {
 		xb := x[QK_K*ib : QK_K*ib+QK_K]
 		yb := dst[sizeQ6_K*ib : sizeQ6_K*ib+sizeQ6_K]
 		var maxScale, maxAbs float32
-		for h := 0; h < 2; h++ {
-			var w []float32
-			if qw != nil {
-				w = qw[QK_K*ib+128*h : QK_K*ib+128*h+128]
-			}
-			qxQuants8(s, xb[128*h:128*h+128], Li[128*h:128*h+128], scales[8*h:8*h+8], 16, 32, w)
+		var w []float32
+		if qw != nil {
+			w = qw[QK_K*ib : QK_K*ib+QK_K]
 		}
+		qxQuants16(s, xb, Li, scales[:], 16, 32, w, true)
 		for j := 0; j < 16; j++ {
 			if a := fabs(scales[j]); a > maxAbs {
 				maxAbs = a

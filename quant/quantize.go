@@ -67,6 +67,7 @@ type scratch struct {
 	w2   [2 * QK_K]float32
 	Lu2  [2 * QK_K]uint8
 	kx16 kernels.QkxLanes16
+	qx16 kernels.QxLanes16 // the sixteen sub-blocks of a Q6_K/Q3_K super-block (qxQuants16)
 }
 
 type rowFunc func(dst []byte, x, qw []float32, s *scratch)

@@ -79,6 +79,11 @@ func qxSearch8AVX2(s *QxLanes, nmax int32, num *float32, nnum int, n int)
 //go:noescape
 func qkxSearch16AVX512(s *QkxLanes16, nmax int32, num *float32, nnum int, n int)
 
+// qxSearch16AVX512 is qxSearch8AVX2 over 16 lanes (search512_amd64.s; AVX-512F).
+//
+//go:noescape
+func qxSearch16AVX512(s *QxLanes16, nmax int32, num *float32, nnum int, n int)
+
 // Row widening (float_amd64.s); n is a positive multiple of 8.
 //
 //go:noescape

@@ -34,6 +34,9 @@ func qkxSearch8AVX2(s *QkxLanes, nmax int32, num *float32, nnum int, n int) { pa
 func qkxSearch16AVX512(s *QkxLanes16, nmax int32, num *float32, nnum int, n int) {
 	panic(noAsm)
 }
+func qxSearch16AVX512(s *QxLanes16, nmax int32, num *float32, nnum int, n int) {
+	panic(noAsm)
+}
 func qxSearch8AVX2(s *QxLanes, nmax int32, num *float32, nnum int, n int) { panic(noAsm) }
 func widenF16AVX2(dst *float32, src *byte, n int)                         { panic(noAsm) }
 func narrowF16AVX2(dst *byte, src *float32, n int)                        { panic(noAsm) }

@@ -66,7 +66,7 @@ type QkxLanes16 struct {
 	L     [512]int32
 }
 
-// HasLaneSearch16 reports whether QkxSearch16 runs (the AVX-512F assembly is in use and not
+// HasLaneSearch16 reports whether QkxSearch16 and QxSearch16 run (the AVX-512F assembly is in use and not
 // turned off with SetLaneSearch16).
 func HasLaneSearch16() bool { return have512 && useAsm() && !lane16Off.Load() }
 
@@ -84,6 +84,26 @@ func QkxSearch16(s *QkxLanes16, n int, nmax int32, num []float32) bool {
 		return false
 	}
 	qkxSearch16AVX512(s, nmax, &num[0], len(num), n)
+	return true
+}
+
+// QxLanes16 is QxLanes for QxSearch16: sixteen lanes, element i of sub-block j at [i·16+j].
+type QxLanes16 struct {
+	X, W  [512]float32
+	max   [16]float32
+	bIs   [16]float32
+	Scale [16]float32
+	L     [512]int32
+}
+
+// QxSearch16 is QxSearch8 for sixteen sub-blocks (the sixteen 16-element sub-blocks of a Q6_K
+// or Q3_K super-block) at once, in AVX-512 lanes; each lane's result is bit-identical to
+// QxSearch8's. It reports false, doing nothing, when HasLaneSearch16 is false.
+func QxSearch16(s *QxLanes16, n int, nmax int32, num []float32) bool {
+	if !HasLaneSearch16() || len(num) == 0 || n < 1 || n > 32 {
+		return false
+	}
+	qxSearch16AVX512(s, nmax, &num[0], len(num), n)
 	return true
 }
 

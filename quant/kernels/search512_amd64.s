@@ -215,3 +215,126 @@ sxLabels:
 	JB           sxLabels
 	VZEROUPPER
 	RET
+
+// QxLanes16 field offsets (search.go; TestLaneStateLayout checks them).
+#define QX16 0
+#define QW16 2048
+#define QMAX16 4096
+#define QBIS16 4160
+#define QOSCALE16 4224
+#define QL16 4288
+
+// Σ w·x·l and Σ w·l·l of the labels at iscale Z3 into Z1 and Z2 (clobbers Z4-Z7, BX).
+#define QXSUMS16(loop) \
+	VPXORD    Z1, Z1, Z1           \
+	VPXORD    Z2, Z2, Z2           \
+	XORQ      BX, BX               \
+loop:                              \
+	VMOVUPS   QX16(DI)(BX*1), Z4   \
+	VMULPS    Z4, Z3, Z5           \
+	NEAREST16(Z5, Z12, Z11)        \
+	VCVTDQ2PS Z5, Z5               \
+	VMOVUPS   QW16(DI)(BX*1), Z6   \
+	VMULPS    Z4, Z6, Z7           \
+	VMULPS    Z5, Z7, Z7           \
+	VADDPS    Z7, Z1, Z1           \
+	VMULPS    Z5, Z6, Z7           \
+	VMULPS    Z5, Z7, Z7           \
+	VADDPS    Z7, Z2, Z2           \
+	ADDQ      $64, BX              \
+	CMPQ      BX, DX               \
+	JB        loop
+
+// func qxSearch16AVX512(s *QxLanes16, nmax int32, num *float32, nnum int, n int)
+// qxSearch8AVX2 (search_amd64.s) over 16 lanes; K1 holds the degenerate lanes.
+TEXT ·qxSearch16AVX512(SB), NOSPLIT, $0-40
+	MOVQ s+0(FP), DI
+	MOVL nmax+8(FP), AX
+	MOVQ num+16(FP), SI
+	MOVQ nnum+24(FP), CX
+	MOVQ n+32(FP), DX
+	SHLQ $6, DX
+	BCAST16($0x4b400000, Z15)
+	BCAST16($0x007fffff, Z14)
+	BCAST16($0x00400000, Z13)
+	MOVL         AX, R8
+	NEGL         R8
+	VPBROADCASTD R8, Z12              // −nmax
+	LEAL         -1(AX), R8
+	VPBROADCASTD R8, Z11              // nmax − 1
+	BCAST16($0x7fffffff, Z10)
+
+	// the first element with the largest |x| (strictly greater replaces)
+	VPXORD Z0, Z0, Z0                 // max (signed)
+	VPXORD Z1, Z1, Z1                 // amax
+	XORQ   BX, BX
+
+q16Max:
+	VMOVUPS   QX16(DI)(BX*1), Z4
+	VPANDD    Z10, Z4, Z5
+	VCMPPS    $0x0e, Z1, Z5, K2       // |x| > amax
+	VBLENDMPS Z5, Z1, K2, Z1
+	VBLENDMPS Z4, Z0, K2, Z0
+	ADDQ      $64, BX
+	CMPQ      BX, DX
+	JB        q16Max
+	VMOVUPS   Z0, QMAX16(DI)
+	BCAST16($0x26901d7d, Z5)          // 1e-15
+	VCMPPS    $1, Z5, Z1, K1          // amax < 1e-15: degenerate lane
+
+	// first labels at iscale = −nmax/max
+	VCVTDQ2PS Z12, Z4
+	VDIVPS    Z0, Z4, Z3
+	VMOVUPS   Z3, QBIS16(DI)
+	QXSUMS16(q16First)
+	VPXORD    Z10, Z10, Z10
+	VCMPPS    $4, Z10, Z2, K2         // suml2 != 0
+	VDIVPS    Z2, Z1, Z8
+	VMOVAPS.Z Z8, K2, Z8              // scale = suml2 != 0 ? sumlx/suml2 : 0
+	VMULPS    Z1, Z8, Z9              // best = scale·sumlx
+	XORQ      R9, R9
+
+q16Step:
+	CMPQ         R9, CX
+	JAE          q16Done
+	VBROADCASTSS (SI)(R9*4), Z4
+	VMOVUPS      QMAX16(DI), Z0
+	VDIVPS       Z0, Z4, Z3           // iscale = num/max
+	QXSUMS16(q16Sums)
+	VPXORD       Z10, Z10, Z10
+	VCMPPS       $0x0e, Z10, Z2, K2   // suml2 > 0
+	VMULPS       Z1, Z1, Z5
+	VMULPS       Z2, Z9, Z6
+	VCMPPS       $0x0e, Z6, Z5, K3    // sumlx·sumlx > best·suml2
+	KANDW        K3, K2, K2
+	VDIVPS       Z2, Z1, Z5
+	VMULPS       Z1, Z5, Z6
+	VBLENDMPS    Z5, Z8, K2, Z8
+	VBLENDMPS    Z6, Z9, K2, Z9
+	VMOVUPS      QBIS16(DI), Z5
+	VBLENDMPS    Z3, Z5, K2, Z5
+	VMOVUPS      Z5, QBIS16(DI)
+	INCQ         R9
+	JMP          q16Step
+
+q16Done:
+	VPXORD    Z10, Z10, Z10
+	VBLENDMPS Z10, Z8, K1, Z8         // degenerate lanes: scale 0
+	VMOVUPS   Z8, QOSCALE16(DI)
+	VMOVUPS   QBIS16(DI), Z3
+	VPSUBD    Z12, Z10, Z9            // nmax
+	KNOTW     K1, K5
+	XORQ      BX, BX
+
+q16Labels:
+	VMOVUPS     QX16(DI)(BX*1), Z5
+	VMULPS      Z5, Z3, Z5
+	NEAREST16(Z5, Z12, Z11)
+	VPADDD      Z9, Z5, Z5
+	VMOVDQA32.Z Z5, K5, Z5            // degenerate lanes: labels 0
+	VMOVUPS     Z5, QL16(DI)(BX*1)
+	ADDQ        $64, BX
+	CMPQ        BX, DX
+	JB          q16Labels
+	VZEROUPPER
+	RET

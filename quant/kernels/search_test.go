@@ -12,6 +12,7 @@ func TestLaneStateLayout(t *testing.T) {
 	var k QkxLanes
 	var q QxLanes
 	var k16 QkxLanes16
+	var q16 QxLanes16
 	for _, c := range []struct {
 		name      string
 		got, want uintptr
@@ -50,6 +51,11 @@ func TestLaneStateLayout(t *testing.T) {
 		{"QkxLanes16.Scale", unsafe.Offsetof(k16.Scale), 6656},
 		{"QkxLanes16.Min", unsafe.Offsetof(k16.Min), 6720},
 		{"QkxLanes16.L", unsafe.Offsetof(k16.L), 6784},
+		{"QxLanes16.W", unsafe.Offsetof(q16.W), 2048},
+		{"QxLanes16.max", unsafe.Offsetof(q16.max), 4096},
+		{"QxLanes16.bIs", unsafe.Offsetof(q16.bIs), 4160},
+		{"QxLanes16.Scale", unsafe.Offsetof(q16.Scale), 4224},
+		{"QxLanes16.L", unsafe.Offsetof(q16.L), 4288},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s at offset %d, search_amd64.s / search512_amd64.s expect %d", c.name, c.got, c.want)
@@ -133,6 +139,76 @@ func TestQkxSearch16MatchesSearch8(t *testing.T) {
 			if math.Float32bits(s16.Scale[j]) != math.Float32bits(a.Scale[b]) || math.Float32bits(s16.Min[j]) != math.Float32bits(a.Min[b]) {
 				t.Fatalf("trial %d (n %d, nmax %d, nstep %d) lane %d: scale %v min %v, 8-lane %v %v", trial, n, nmax, nstep, j,
 					s16.Scale[j], s16.Min[j], a.Scale[b], a.Min[b])
+			}
+			for i := 0; i < n; i++ {
+				if s16.L[i*16+j] != a.L[i*8+b] {
+					t.Fatalf("trial %d lane %d element %d: label %d, 8-lane %d", trial, j, i, s16.L[i*16+j], a.L[i*8+b])
+				}
+			}
+		}
+	}
+}
+
+// TestQxSearch16MatchesSearch8: the 16-lane make_qx_quants search gives, lane by lane, the bits
+// of two 8-lane searches, on the same kinds of sub-blocks as TestQkxSearch16MatchesSearch8
+// (tiny ones below 1e-15 included: degenerate lanes), with x² weights and random ones.
+func TestQxSearch16MatchesSearch8(t *testing.T) {
+	if !HasLaneSearch16() {
+		t.Skip("no AVX-512F assembly on this machine/build")
+	}
+	r := rand.New(rand.NewPCG(63, 64))
+	for trial := 0; trial < 200; trial++ {
+		n := []int{16, 32, 7, 1}[trial%4]
+		nmax := []int32{32, 4, 16}[trial%3]
+		var num [18]float32
+		k := 0
+		for is := int32(-9); is <= 9; is++ {
+			if is != 0 {
+				num[k] = -(float32(nmax) + float32(float32(0.1)*float32(is)))
+				k++
+			}
+		}
+		var s16 QxLanes16
+		var s8 [2]QxLanes
+		for j := 0; j < 16; j++ {
+			kind := (trial + j) % 8
+			for i := 0; i < n; i++ {
+				x := float32(r.NormFloat64())
+				switch kind {
+				case 1:
+					x = float32(r.NormFloat64() / (r.Float64() + 0.02))
+				case 2:
+					x = 0.5
+				case 3:
+					x = -float32(math.Abs(float64(x))) - 1
+				case 4:
+					x *= 1e-20 // degenerate
+				case 6:
+					x = 0 // degenerate
+				}
+				w := x * x
+				if kind == 5 || kind == 7 {
+					w = float32(r.Float64())
+					if i%3 == 0 {
+						w = 0
+					}
+				}
+				s16.X[i*16+j], s16.W[i*16+j] = x, w
+				s8[j/8].X[i*8+j%8], s8[j/8].W[i*8+j%8] = x, w
+			}
+		}
+		if !QxSearch16(&s16, n, nmax, num[:]) {
+			t.Fatal("QxSearch16 did not run")
+		}
+		for h := range s8 {
+			if !QxSearch8(&s8[h], n, nmax, num[:]) {
+				t.Fatal("QxSearch8 did not run")
+			}
+		}
+		for j := 0; j < 16; j++ {
+			a, b := &s8[j/8], j%8
+			if math.Float32bits(s16.Scale[j]) != math.Float32bits(a.Scale[b]) {
+				t.Fatalf("trial %d (n %d, nmax %d) lane %d: scale %v, 8-lane %v", trial, n, nmax, j, s16.Scale[j], a.Scale[b])
 			}
 			for i := 0; i < n; i++ {
 				if s16.L[i*16+j] != a.L[i*8+b] {
