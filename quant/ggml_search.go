@@ -373,25 +373,41 @@ func qkxQuants8(s *scratch, x, w []float32, L []uint8, scales, mins *[8]float32,
 	if kernels.HasLaneSearch() && nstep >= 1 && nstep < 64 {
 		num := qkxNumerators(nmax, rmin, rdelta, nstep)
 		ln := &s.kx
-		for j := 0; j < 8; j++ {
-			for i := 0; i < n; i++ {
-				ln.X[i*8+j] = x[n*j+i]
-				ln.W[i*8+j] = w[n*j+i]
-			}
-		}
+		toLanes(ln.X[:], ln.W[:], 8, x, w, n)
 		if kernels.QkxSearch8(ln, n, nmax, num[:nstep+1]) {
 			*scales = ln.Scale
 			*mins = ln.Min
-			for j := 0; j < 8; j++ {
-				for i := 0; i < n; i++ {
-					L[n*j+i] = uint8(ln.L[i*8+j])
-				}
-			}
+			fromLanes(L, ln.L[:], 8, n)
 			return
 		}
 	}
 	for j := 0; j < 8; j++ {
 		scales[j] = ggmlQkxQuants(x[n*j:n*j+n], w[n*j:n*j+n], L[n*j:n*j+n], s.Laux[:n], &mins[j], nmax, rmin, rdelta, nstep, false, v3)
+	}
+}
+
+// toLanes writes the nl n-element sub-blocks x[n·j : n·j+n] and their weights (qw, or x² when
+// qw is nil) lane-major into X and W: element i of sub-block j at [i·nl+j].
+func toLanes(X, W []float32, nl int, x, qw []float32, n int) {
+	for j := 0; j < nl; j++ {
+		for i := 0; i < n; i++ {
+			v := x[n*j+i]
+			X[i*nl+j] = v
+			if qw != nil {
+				W[i*nl+j] = qw[n*j+i]
+			} else {
+				W[i*nl+j] = v * v
+			}
+		}
+	}
+}
+
+// fromLanes reads the lane-major labels src back into L[n·j+i] for the nl sub-blocks.
+func fromLanes[T int8 | uint8](L []T, src []int32, nl, n int) {
+	for j := 0; j < nl; j++ {
+		for i := 0; i < n; i++ {
+			L[n*j+i] = T(src[i*nl+j])
+		}
 	}
 }
 
@@ -443,22 +459,13 @@ func qkxQuants16(s *scratch, x, w []float32, L []uint8, scales, mins *[16]float3
 	rmin, rdelta float32, nstep int) {
 	num := qkxNumerators(nmax, rmin, rdelta, nstep)
 	ln := &s.kx16
-	for j := 0; j < 16; j++ {
-		for i := 0; i < n; i++ {
-			ln.X[i*16+j] = x[n*j+i]
-			ln.W[i*16+j] = w[n*j+i]
-		}
-	}
+	toLanes(ln.X[:], ln.W[:], 16, x, w, n)
 	if !kernels.QkxSearch16(ln, n, nmax, num[:nstep+1]) {
 		panic("quant: qkxQuants16 without the 16-lane search")
 	}
 	*scales = ln.Scale
 	*mins = ln.Min
-	for j := 0; j < 16; j++ {
-		for i := 0; i < n; i++ {
-			L[n*j+i] = uint8(ln.L[i*16+j])
-		}
-	}
+	fromLanes(L, ln.L[:], 16, n)
 }
 
 // qxNumerators returns make_qx_quants' iscale numerators −(nmax + 0.1·is) for is = −9..9,
@@ -493,26 +500,12 @@ func qxQuants16(s *scratch, x []float32, L []int8, scales []float32, n int, nmax
 	}
 	num := qxNumerators(nmax)
 	ln := &s.qx16
-	for j := 0; j < 16; j++ {
-		for i := 0; i < n; i++ {
-			v := x[n*j+i]
-			ln.X[i*16+j] = v
-			if qw != nil {
-				ln.W[i*16+j] = qw[n*j+i]
-			} else {
-				ln.W[i*16+j] = v * v
-			}
-		}
-	}
+	toLanes(ln.X[:], ln.W[:], 16, x, qw, n)
 	if !kernels.QxSearch16(ln, n, nmax, num[:]) {
 		panic("quant: qxQuants16 without the 16-lane search")
 	}
 	copy(scales[:16], ln.Scale[:])
-	for j := 0; j < 16; j++ {
-		for i := 0; i < n; i++ {
-			L[n*j+i] = int8(ln.L[i*16+j])
-		}
-	}
+	fromLanes(L, ln.L[:], 16, n)
 }
 
 // qxQuants8 runs ggmlQxQuants on the eight n-element sub-blocks x[n·j : n·j+n] with weights
@@ -522,24 +515,10 @@ func qxQuants8(s *scratch, x []float32, L []int8, scales []float32, n int, nmax 
 	if kernels.HasLaneSearch() {
 		num := qxNumerators(nmax)
 		ln := &s.qx
-		for j := 0; j < 8; j++ {
-			for i := 0; i < n; i++ {
-				v := x[n*j+i]
-				ln.X[i*8+j] = v
-				if qw != nil {
-					ln.W[i*8+j] = qw[n*j+i]
-				} else {
-					ln.W[i*8+j] = v * v
-				}
-			}
-		}
+		toLanes(ln.X[:], ln.W[:], 8, x, qw, n)
 		if kernels.QxSearch8(ln, n, nmax, num[:]) {
 			copy(scales[:8], ln.Scale[:])
-			for j := 0; j < 8; j++ {
-				for i := 0; i < n; i++ {
-					L[n*j+i] = int8(ln.L[i*8+j])
-				}
-			}
+			fromLanes(L, ln.L[:], 8, n)
 			return
 		}
 	}
