@@ -371,7 +371,7 @@ func ggmlQpQuants(x []float32, L []uint8, nmax int32, qw []float32) float32 {
 func qkxQuants8(s *scratch, x, w []float32, L []uint8, scales, mins *[8]float32, n int, nmax int32,
 	rmin, rdelta float32, nstep int, v3 bool) {
 	if kernels.HasLaneSearch() && nstep >= 1 && nstep < 64 {
-		num := qkxNumerators(nmax, rmin, rdelta, nstep)
+		num := kernels.QkxNumerators(nmax, rmin, rdelta, nstep)
 		ln := &s.kx
 		toLanes(ln.X[:], ln.W[:], 8, x, w, n)
 		if kernels.QkxSearch8(ln, n, nmax, num[:nstep+1]) {
@@ -411,17 +411,6 @@ func fromLanes[T int8 | uint8](L []T, src []int32, nl, n int) {
 	}
 }
 
-// qkxNumerators returns the lane searches' iscale numerators (rmin + rdelta·k) + nmax for
-// k = 0..nstep (nstep < 64), computed in float32 as ggml does.
-func qkxNumerators(nmax int32, rmin, rdelta float32, nstep int) *[64]float32 {
-	var num [64]float32
-	fnmax := float32(nmax)
-	for is := 0; is <= nstep; is++ {
-		num[is] = float32(rmin+float32(rdelta*float32(is))) + fnmax
-	}
-	return &num
-}
-
 // qkxRun runs the scale search of nsub (8 or 16) n-element sub-blocks: one qkxQuants16 where
 // the 16-lane search runs, else qkxQuants8 on each eight.
 func qkxRun(s *scratch, nsub int, x, w []float32, L []uint8, scales, mins *[16]float32, n int, nmax int32,
@@ -457,7 +446,7 @@ func superBlockRuns(nb int, fn func(ib, k int)) {
 // the bits qkxQuants8 gives.
 func qkxQuants16(s *scratch, x, w []float32, L []uint8, scales, mins *[16]float32, n int, nmax int32,
 	rmin, rdelta float32, nstep int) {
-	num := qkxNumerators(nmax, rmin, rdelta, nstep)
+	num := kernels.QkxNumerators(nmax, rmin, rdelta, nstep)
 	ln := &s.kx16
 	toLanes(ln.X[:], ln.W[:], 16, x, w, n)
 	if !kernels.QkxSearch16(ln, n, nmax, num[:nstep+1]) {
@@ -466,20 +455,6 @@ func qkxQuants16(s *scratch, x, w []float32, L []uint8, scales, mins *[16]float3
 	*scales = ln.Scale
 	*mins = ln.Min
 	fromLanes(L, ln.L[:], 16, n)
-}
-
-// qxNumerators returns make_qx_quants' iscale numerators −(nmax + 0.1·is) for is = −9..9,
-// is ≠ 0, computed in float32 as ggml does.
-func qxNumerators(nmax int32) *[18]float32 {
-	var num [18]float32
-	k := 0
-	for is := int32(-9); is <= 9; is++ {
-		if is != 0 {
-			num[k] = -(float32(nmax) + float32(float32(0.1)*float32(is)))
-			k++
-		}
-	}
-	return &num
 }
 
 // qxQuants16 is qxQuants8 for the sixteen n-element sub-blocks x[n·j : n·j+n], j = 0..15 (a
@@ -498,7 +473,7 @@ func qxQuants16(s *scratch, x []float32, L []int8, scales []float32, n int, nmax
 		}
 		return
 	}
-	num := qxNumerators(nmax)
+	num := kernels.QxNumerators(nmax)
 	ln := &s.qx16
 	toLanes(ln.X[:], ln.W[:], 16, x, qw, n)
 	if !kernels.QxSearch16(ln, n, nmax, num[:]) {
@@ -513,7 +488,7 @@ func qxQuants16(s *scratch, x []float32, L []int8, scales []float32, n int, nmax
 // (kernels.QxSearch8) where the assembly kernels run, bit-identical to the scalar loop.
 func qxQuants8(s *scratch, x []float32, L []int8, scales []float32, n int, nmax int32, qw []float32) {
 	if kernels.HasLaneSearch() {
-		num := qxNumerators(nmax)
+		num := kernels.QxNumerators(nmax)
 		ln := &s.qx
 		toLanes(ln.X[:], ln.W[:], 8, x, qw, n)
 		if kernels.QxSearch8(ln, n, nmax, num[:]) {

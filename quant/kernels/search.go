@@ -49,6 +49,31 @@ func QkxSearch8(s *QkxLanes, n int, nmax int32, num []float32) bool {
 	return true
 }
 
+// QkxNumerators returns the iscale numerators of QkxSearch8/16, (rmin + rdelta·k) + nmax for
+// k = 0..nstep (nstep < 64), computed in float32 as ggml's make_qkx2/3_quants does.
+func QkxNumerators(nmax int32, rmin, rdelta float32, nstep int) *[64]float32 {
+	var num [64]float32
+	fnmax := float32(nmax)
+	for is := 0; is <= nstep; is++ {
+		num[is] = float32(rmin+float32(rdelta*float32(is))) + fnmax
+	}
+	return &num
+}
+
+// QxNumerators returns the iscale numerators of QxSearch8/16, −(nmax + 0.1·is) for
+// is = −9..9, is ≠ 0, computed in float32 as ggml's make_qx_quants does.
+func QxNumerators(nmax int32) *[18]float32 {
+	var num [18]float32
+	k := 0
+	for is := int32(-9); is <= 9; is++ {
+		if is != 0 {
+			num[k] = -(float32(nmax) + float32(float32(0.1)*float32(is)))
+			k++
+		}
+	}
+	return &num
+}
+
 // QkxLanes16 is QkxLanes for QkxSearch16: sixteen lanes, element i of sub-block j at [i·16+j].
 type QkxLanes16 struct {
 	X, W  [512]float32

@@ -80,11 +80,47 @@ func TestProxyLanesLayout(t *testing.T) {
 	}
 }
 
+// laneSamples fills 16 sub-blocks of n values for the lane-search comparisons: sub-block j is
+// of kind (trial+j) mod 9, one of Gaussian, heavy-tailed, constant positive, all positive,
+// tiny (below 1e-15), Gaussian with every third weight zero, constant negative (max == min), all
+// zero and all negative. Weights are random, or x² when squared (the zero-weight kind keeps
+// random ones, its every third zero). set receives each (sub-block, element, x, w).
+func laneSamples(r *rand.Rand, trial, n int, squared bool, set func(j, i int, x, w float32)) {
+	for j := 0; j < 16; j++ {
+		kind := (trial + j) % 9
+		for i := 0; i < n; i++ {
+			x := float32(r.NormFloat64())
+			switch kind {
+			case 1:
+				x = float32(r.NormFloat64() / (r.Float64() + 0.02)) // heavy tails
+			case 2:
+				x = 0.5 // constant positive (qkx: the minimum clamps to 0)
+			case 3:
+				x = float32(math.Abs(float64(x))) + 1
+			case 4:
+				x *= 1e-20 // qx: below 1e-15, a degenerate lane
+			case 6:
+				x = -0.5 // constant, not positive: max == min, a degenerate qkx lane
+			case 7:
+				x = 0 // degenerate for both
+			case 8:
+				x = -float32(math.Abs(float64(x))) - 1
+			}
+			w := x * x
+			if !squared || kind == 5 {
+				w = float32(r.Float64())
+			}
+			if kind == 5 && i%3 == 0 {
+				w = 0
+			}
+			set(j, i, x, w)
+		}
+	}
+}
+
 // TestQkxSearch16MatchesSearch8: the 16-lane AVX-512 search gives, lane by lane, the bits of
-// two 8-lane searches (which the quant package's tests tie to ggml's scalar search), on
-// Gaussian, heavy-tailed, constant, all-positive, all-zero and constant negative (degenerate:
-// max == min) and zero-weight sub-blocks, for
-// several sub-block lengths and step counts.
+// two 8-lane searches (which the quant package's tests tie to ggml's scalar search), on the
+// sub-blocks of laneSamples, for several sub-block lengths and step counts.
 func TestQkxSearch16MatchesSearch8(t *testing.T) {
 	if !HasLaneSearch16() {
 		t.Skip("no AVX-512F assembly on this machine/build")
@@ -94,43 +130,18 @@ func TestQkxSearch16MatchesSearch8(t *testing.T) {
 		n := []int{32, 16, 7, 1}[trial%4]
 		nmax := []int32{15, 31, 3}[trial%3]
 		nstep := []int{36, 20, 1}[trial%3]
-		var num [64]float32
-		for is := 0; is <= nstep; is++ {
-			num[is] = float32(-0.9+float32(0.05*float32(is))) + float32(nmax)
-		}
+		num := QkxNumerators(nmax, -0.9, 0.05, nstep)[:nstep+1]
 		var s16 QkxLanes16
 		var s8 [2]QkxLanes
-		for j := 0; j < 16; j++ {
-			kind := (trial + j) % 8
-			for i := 0; i < n; i++ {
-				x := float32(r.NormFloat64())
-				switch kind {
-				case 1:
-					x = float32(r.NormFloat64() / (r.Float64() + 0.02)) // heavy tails
-				case 2:
-					x = 0.5 // constant and positive (min clamps to 0)
-				case 6:
-					x = -0.5 // constant, not positive: max == min, a degenerate lane
-				case 7:
-					x = 0 // all zero: degenerate
-				case 3:
-					x = float32(math.Abs(float64(x))) + 1 // all positive
-				case 4:
-					x *= 1e-20
-				}
-				w := float32(r.Float64())
-				if kind == 5 && i%3 == 0 {
-					w = 0
-				}
-				s16.X[i*16+j], s16.W[i*16+j] = x, w
-				s8[j/8].X[i*8+j%8], s8[j/8].W[i*8+j%8] = x, w
-			}
-		}
-		if !QkxSearch16(&s16, n, nmax, num[:nstep+1]) {
+		laneSamples(r, trial, n, false, func(j, i int, x, w float32) {
+			s16.X[i*16+j], s16.W[i*16+j] = x, w
+			s8[j/8].X[i*8+j%8], s8[j/8].W[i*8+j%8] = x, w
+		})
+		if !QkxSearch16(&s16, n, nmax, num) {
 			t.Fatal("QkxSearch16 did not run")
 		}
 		for h := range s8 {
-			if !QkxSearch8(&s8[h], n, nmax, num[:nstep+1]) {
+			if !QkxSearch8(&s8[h], n, nmax, num) {
 				t.Fatal("QkxSearch8 did not run")
 			}
 		}
@@ -140,18 +151,25 @@ func TestQkxSearch16MatchesSearch8(t *testing.T) {
 				t.Fatalf("trial %d (n %d, nmax %d, nstep %d) lane %d: scale %v min %v, 8-lane %v %v", trial, n, nmax, nstep, j,
 					s16.Scale[j], s16.Min[j], a.Scale[b], a.Min[b])
 			}
-			for i := 0; i < n; i++ {
-				if s16.L[i*16+j] != a.L[i*8+b] {
-					t.Fatalf("trial %d lane %d element %d: label %d, 8-lane %d", trial, j, i, s16.L[i*16+j], a.L[i*8+b])
-				}
-			}
+			sameLabels(t, trial, j, n, s16.L[:], a.L[:])
+		}
+	}
+}
+
+// sameLabels fails the test when lane j's n labels of a 16-lane search differ from those of
+// lane j mod 8 of the 8-lane search run on its half.
+func sameLabels(t *testing.T, trial, j, n int, l16, l8 []int32) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		if l16[i*16+j] != l8[i*8+j%8] {
+			t.Fatalf("trial %d lane %d element %d: label %d, 8-lane %d", trial, j, i, l16[i*16+j], l8[i*8+j%8])
 		}
 	}
 }
 
 // TestQxSearch16MatchesSearch8: the 16-lane make_qx_quants search gives, lane by lane, the bits
-// of two 8-lane searches, on the same kinds of sub-blocks as TestQkxSearch16MatchesSearch8
-// (tiny ones below 1e-15 included: degenerate lanes), with x² weights and random ones.
+// of two 8-lane searches, on the sub-blocks of laneSamples with x² weights (ggml's unweighted
+// case) and random ones.
 func TestQxSearch16MatchesSearch8(t *testing.T) {
 	if !HasLaneSearch16() {
 		t.Skip("no AVX-512F assembly on this machine/build")
@@ -160,48 +178,18 @@ func TestQxSearch16MatchesSearch8(t *testing.T) {
 	for trial := 0; trial < 200; trial++ {
 		n := []int{16, 32, 7, 1}[trial%4]
 		nmax := []int32{32, 4, 16}[trial%3]
-		var num [18]float32
-		k := 0
-		for is := int32(-9); is <= 9; is++ {
-			if is != 0 {
-				num[k] = -(float32(nmax) + float32(float32(0.1)*float32(is)))
-				k++
-			}
-		}
+		num := QxNumerators(nmax)[:]
 		var s16 QxLanes16
 		var s8 [2]QxLanes
-		for j := 0; j < 16; j++ {
-			kind := (trial + j) % 8
-			for i := 0; i < n; i++ {
-				x := float32(r.NormFloat64())
-				switch kind {
-				case 1:
-					x = float32(r.NormFloat64() / (r.Float64() + 0.02))
-				case 2:
-					x = 0.5
-				case 3:
-					x = -float32(math.Abs(float64(x))) - 1
-				case 4:
-					x *= 1e-20 // degenerate
-				case 6:
-					x = 0 // degenerate
-				}
-				w := x * x
-				if kind == 5 || kind == 7 {
-					w = float32(r.Float64())
-					if i%3 == 0 {
-						w = 0
-					}
-				}
-				s16.X[i*16+j], s16.W[i*16+j] = x, w
-				s8[j/8].X[i*8+j%8], s8[j/8].W[i*8+j%8] = x, w
-			}
-		}
-		if !QxSearch16(&s16, n, nmax, num[:]) {
+		laneSamples(r, trial, n, trial%2 == 0, func(j, i int, x, w float32) {
+			s16.X[i*16+j], s16.W[i*16+j] = x, w
+			s8[j/8].X[i*8+j%8], s8[j/8].W[i*8+j%8] = x, w
+		})
+		if !QxSearch16(&s16, n, nmax, num) {
 			t.Fatal("QxSearch16 did not run")
 		}
 		for h := range s8 {
-			if !QxSearch8(&s8[h], n, nmax, num[:]) {
+			if !QxSearch8(&s8[h], n, nmax, num) {
 				t.Fatal("QxSearch8 did not run")
 			}
 		}
@@ -210,11 +198,7 @@ func TestQxSearch16MatchesSearch8(t *testing.T) {
 			if math.Float32bits(s16.Scale[j]) != math.Float32bits(a.Scale[b]) {
 				t.Fatalf("trial %d (n %d, nmax %d) lane %d: scale %v, 8-lane %v", trial, n, nmax, j, s16.Scale[j], a.Scale[b])
 			}
-			for i := 0; i < n; i++ {
-				if s16.L[i*16+j] != a.L[i*8+b] {
-					t.Fatalf("trial %d lane %d element %d: label %d, 8-lane %d", trial, j, i, s16.L[i*16+j], a.L[i*8+b])
-				}
-			}
+			sameLabels(t, trial, j, n, s16.L[:], a.L[:])
 		}
 	}
 }
