@@ -140,12 +140,14 @@ extern "C" __global__ void tq_delta_rule(const float* qkv, const float* beta, co
             sk += rk[i * ds + j];
             sq += rq[i * ds + j];
         }
-        float kq = 0.0f;
-        for (int a = 0; a < ds; ++a) kq += kk[a] * qq[a];
         const float decay = expf(g[(u64)t * hv + h]);
         const float b = beta[(u64)t * hv + h];
         const float delta = (row[2 * kdim + h * ds + j] - decay * sk) * b;
-        if (p == 0) out[(u64)t * hv * ds + h * ds + j] = scale * (decay * sq + delta * kq);
+        if (p == 0) { // only the output's writers need k·q
+            float kq = 0.0f;
+            for (int a = 0; a < ds; ++a) kq += kk[a] * qq[a];
+            out[(u64)t * hv * ds + h * ds + j] = scale * (decay * sq + delta * kq);
+        }
         for (int a0 = p; a0 < ds; a0 += DR_SPLIT * DR_BATCH) {
             float sv[DR_BATCH];
             dr_load_column(S, a0, ds, j, sv);
