@@ -128,6 +128,11 @@ func sgemmKernel12x32AVX512(k int, a *float32, lda int, b *float32, pstride int,
 // Q4_0/IQ4_NL kernels of repack_vnni_amd64.s use VPDPBUSD and EVEX registers Y16–Y31).
 var haveVNNI = haveAsm && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VNNI
 
+// slowGather marks the CPUs with AVX-512 VNNI but without AVX512-BF16 (Intel's generations
+// before Sapphire Rapids; AMD's AVX-512 CPUs have both), where VPGATHERDD is slow
+// (see scaleLoads).
+var slowGather = haveVNNI && !cpu.X86.HasAVX512BF16
+
 // q4Transpose8AVX2 decodes nb blocks of 8 Q4_0/IQ4_NL rows (rowBytes apart) through lut and
 // writes them transposed to dst: dword k of the 8 rows at dst + bStride·b + kStride·k.
 //
@@ -165,6 +170,16 @@ func dotQ4KRepack4RowsVNNI(w *byte, stride int, x *byte, nb int, out *float32, p
 //
 //go:noescape
 func dotQ40Repack8RowsVNNI(w *byte, stride int, x *byte, pd *int32, nb int, ulut *byte, out *float32, pf int)
+
+// dotQ4Repack8RowsVNNILoads and dotQ40Repack8RowsVNNILoads are dotQ4Repack8RowsVNNI and
+// dotQ40Repack8RowsVNNI with the block scales read by scalar loads instead of a gather
+// (scaleLoads); same bits.
+//
+//go:noescape
+func dotQ4Repack8RowsVNNILoads(w *byte, stride int, x *byte, pd *int32, nb int, ulut *byte, out *float32, pf int)
+
+//go:noescape
+func dotQ40Repack8RowsVNNILoads(w *byte, stride int, x *byte, pd *int32, nb int, ulut *byte, out *float32, pf int)
 
 // q4KScales8AVX2 writes the Q4_K tiles' scale/min table and d/dmin of the 8 rows at
 // w + offs[k] (repack_vnni_amd64.s).

@@ -59,6 +59,8 @@ func sgemmKernel6x32AVX512(k int, a *float32, lda int, b *float32, pstride int, 
 
 const haveVNNI = false
 
+const slowGather = false
+
 func q4Transpose8AVX2(w *byte, rowBytes int, nb int, lut *byte, dst *byte, kStride, bStride int) {
 	panic(noAsm)
 }
@@ -67,6 +69,12 @@ func q4GemmTile16x4VNNI(wt *byte, dws *float32, nb int, x *byte, xStride int, pr
 }
 func q8SumsAVX2(x *byte, nb int, off int32, pre *int32, dx *float32) { panic(noAsm) }
 func dotQ4Repack8RowsVNNI(w *byte, stride int, x *byte, pd *int32, nb int, ulut *byte, out *float32, pf int) {
+	panic(noAsm)
+}
+func dotQ4Repack8RowsVNNILoads(w *byte, stride int, x *byte, pd *int32, nb int, ulut *byte, out *float32, pf int) {
+	panic(noAsm)
+}
+func dotQ40Repack8RowsVNNILoads(w *byte, stride int, x *byte, pd *int32, nb int, ulut *byte, out *float32, pf int) {
 	panic(noAsm)
 }
 func q8HasMin(x *byte, nb int) bool { panic(noAsm) }

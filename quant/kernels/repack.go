@@ -191,7 +191,12 @@ func matVecRepack(t Type, out []float32, w []byte, rowBytes int, xq []byte, nb, 
 		q8SumsAVX2(&xq[0], nb, off, &pd[0], (*float32)(unsafe.Pointer(&pd[1])))
 		pf := gemvPrefetch(8 * rowBytes)
 		for ; r+8 <= r1; r += 8 {
-			if t == Q4_0 {
+			loads := scaleLoads.Load()
+			if t == Q4_0 && loads {
+				dotQ40Repack8RowsVNNILoads(&w[r*rowBytes], rowBytes, &xq[0], &pd[0], nb, &ulut[0], &out[r], pf)
+			} else if loads {
+				dotQ4Repack8RowsVNNILoads(&w[r*rowBytes], rowBytes, &xq[0], &pd[0], nb, &ulut[0], &out[r], pf)
+			} else if t == Q4_0 {
 				dotQ40Repack8RowsVNNI(&w[r*rowBytes], rowBytes, &xq[0], &pd[0], nb, &ulut[0], &out[r], pf)
 			} else {
 				dotQ4Repack8RowsVNNI(&w[r*rowBytes], rowBytes, &xq[0], &pd[0], nb, &ulut[0], &out[r], pf)

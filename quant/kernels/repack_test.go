@@ -744,6 +744,7 @@ func TestMatVecRepackVNNI(t *testing.T) {
 		t.Skip("no AVX-512 VNNI on this machine (or assembly off): only the AVX2 gemv runs")
 	}
 	defer vnniOff.Store(false)
+	defer scaleLoads.Store(slowGather)
 	r := newRNG(61)
 	for _, wt := range []Type{Q4_0, IQ4_NL, Q4_K} {
 		lengths := []int{32, 256, 4128}
@@ -797,18 +798,22 @@ func TestMatVecRepackVNNI(t *testing.T) {
 					} else if got := q8HasMin(&x[0], nb); got != (variant == 4) {
 						t.Fatalf("q8HasMin = %v for variant %d", got, variant)
 					}
-					var res [2][]float32
-					for i, off := range []bool{true, false} {
+					// the AVX2 gemv, then VNNI with the scales gathered and loaded
+					var res [3][]float32
+					for i, off := range []bool{true, false, false} {
 						vnniOff.Store(off)
+						scaleLoads.Store(i == 2)
 						res[i] = make([]float32, rows)
 						if err := MatVecRepack(wt, res[i], c.w, c.rowBytes, x, r0, rows); err != nil {
 							t.Fatal(err)
 						}
 					}
-					for i := r0; i < rows; i++ {
-						if !repackSame(res[0][i], res[1][i]) {
-							t.Fatalf("%s n=%d rows=%d r0=%d variant %d: row %d: AVX2 %g (%#x), VNNI %g (%#x)", repackTypeName(wt), n, rows, r0, variant,
-								i, res[0][i], math.Float32bits(res[0][i]), res[1][i], math.Float32bits(res[1][i]))
+					for k, form := range []string{"gathered scales", "loaded scales"} {
+						for i := r0; i < rows; i++ {
+							if !repackSame(res[0][i], res[k+1][i]) {
+								t.Fatalf("%s n=%d rows=%d r0=%d variant %d: row %d: AVX2 %g (%#x), VNNI with %s %g (%#x)", repackTypeName(wt), n, rows, r0, variant,
+									i, res[0][i], math.Float32bits(res[0][i]), form, res[k+1][i], math.Float32bits(res[k+1][i]))
+							}
 						}
 					}
 				}

@@ -15,6 +15,15 @@ import (
 // vnniOff disables the VNNI kernels (tests compare them with the AVX2 ones).
 var vnniOff atomic.Bool
 
+// scaleLoads makes the 8-row Q4_0/IQ4_NL VNNI gemv read each group's eight fp16 block scales
+// with scalar loads instead of one VPGATHERDD (same bits; tests run both). It starts as
+// slowGather: on the CPUs that have AVX-512 VNNI but not AVX512-BF16 (Intel Cascade Lake, Ice
+// Lake, Tiger Lake, Rocket Lake) the gather form measured half the speed of the loads (Ice
+// Lake-SP, docs/kernels.md); on Zen 5 the gather was the faster one.
+var scaleLoads atomic.Bool
+
+func init() { scaleLoads.Store(slowGather) }
+
 // useVNNI reports whether the VNNI kernels run (haveVNNI includes AVX-512F, VL and BW, so
 // they may use ZMM registers).
 func useVNNI() bool { return haveVNNI && useAsm() && !vnniOff.Load() }

@@ -488,11 +488,46 @@ GLOBL rvn_hishift<>(SB), RODATA|NOPTR, $32
 	VPXOR          acc, acc, acc \
 	VPDPBUSD       Y1, Y12, acc
 
+// The 8 rows' fp16 block scales (the first 2 bytes of each row's block at R8, R8+AX, …,
+// R10+AX) as 8 halves in X7. SCALESGATHER: one VPGATHERDD over the loop-invariant row offsets
+// in Y10, masked with Y11 and packed. SCALESLOADS: 8 scalar loads, for CPUs whose gathers
+// are slow (clobbers BX, DX).
+#define SCALESGATHER \
+	VPCMPEQD     Y9, Y9, Y9 \
+	VPGATHERDD   Y9, (R8)(Y10*1), Y7 \
+	VPAND        Y11, Y7, Y7 \
+	VPACKUSDW    Y7, Y7, Y7 \
+	VPERMQ       $0x08, Y7, Y7
+
+#define SCALESLOADS \
+	MOVWLZX      (R8), BX \
+	MOVWLZX      (R8)(AX*1), DX \
+	SHLL         $16, DX \
+	ORL          DX, BX \
+	MOVWLZX      (R8)(AX*2), DX \
+	SHLQ         $32, DX \
+	ORQ          DX, BX \
+	MOVWLZX      (R9), DX \
+	SHLQ         $48, DX \
+	ORQ          DX, BX \
+	VMOVQ        BX, X7 \
+	MOVWLZX      (R9)(AX*1), BX \
+	MOVWLZX      (R9)(AX*2), DX \
+	SHLL         $16, DX \
+	ORL          DX, BX \
+	MOVWLZX      (R10), DX \
+	SHLQ         $32, DX \
+	ORQ          DX, BX \
+	MOVWLZX      (R10)(AX*1), DX \
+	SHLQ         $48, DX \
+	ORQ          DX, BX \
+	VPINSRQ      $1, BX, X7, X7
+
 // The 8-row gemv body: ROW forms one row's Σ u·x (VROW through the table, VROWQ0 for Q4_0's
 // own nibbles); loop and nopf are the function's label names. The next group of rows is
 // prefetched every other block (36 bytes: every cache line at least once; a prefetch per
 // block costs a third of the in-cache speed), pf bytes ahead.
-#define GEMV8VNNI(ROW, loop, nopf) \
+#define GEMV8VNNI(ROW, SCALES, loop, nopf) \
 	MOVQ           w+0(FP), R8 \
 	MOVQ           stride+8(FP), AX \
 	LEAQ           (R8)(AX*2), R9 \
@@ -548,11 +583,7 @@ nopf: \
 	VPBROADCASTD (SI), Y3 \
 	VPADDD     Y3, Y2, Y2 \
 	VCVTDQ2PS  Y2, Y2 \
-	VPCMPEQD     Y9, Y9, Y9 \
-	VPGATHERDD   Y9, (R8)(Y10*1), Y7 \
-	VPAND        Y11, Y7, Y7 \
-	VPACKUSDW    Y7, Y7, Y7 \
-	VPERMQ       $0x08, Y7, Y7 \
+	SCALES \
 	VCVTPH2PS    X7, Y7 \
 	VBROADCASTSS 4(SI), Y8 \
 	VMULPS       Y8, Y7, Y7 \
@@ -576,7 +607,11 @@ nopf: \
 // pd[4b] = −off·Σx and pd[4b+1] = the float32 bits of d_x for activation block b (q8SumsAVX2
 // with dx = pd[1:]).
 TEXT ·dotQ4Repack8RowsVNNI(SB), NOSPLIT, $0-64
-	GEMV8VNNI(VROW, v8loop, v8nopf)
+	GEMV8VNNI(VROW, SCALESGATHER, v8loop, v8nopf)
+
+// func dotQ4Repack8RowsVNNILoads(w *byte, stride int, x *byte, pd *int32, nb int, ulut *byte, out *float32, pf int)
+TEXT ·dotQ4Repack8RowsVNNILoads(SB), NOSPLIT, $0-64
+	GEMV8VNNI(VROW, SCALESLOADS, v8lloop, v8lnopf)
 
 // VROW for Q4_0: u = q, no table.
 #define VROWQ0(addr, acc) \
@@ -589,7 +624,11 @@ TEXT ·dotQ4Repack8RowsVNNI(SB), NOSPLIT, $0-64
 // func dotQ40Repack8RowsVNNI(w *byte, stride int, x *byte, pd *int32, nb int, ulut *byte, out *float32, pf int)
 // dotQ4Repack8RowsVNNI for Q4_0, whose u is the nibble itself (ulut is loaded but not used).
 TEXT ·dotQ40Repack8RowsVNNI(SB), NOSPLIT, $0-64
-	GEMV8VNNI(VROWQ0, v80loop, v80nopf)
+	GEMV8VNNI(VROWQ0, SCALESGATHER, v80loop, v80nopf)
+
+// func dotQ40Repack8RowsVNNILoads(w *byte, stride int, x *byte, pd *int32, nb int, ulut *byte, out *float32, pf int)
+TEXT ·dotQ40Repack8RowsVNNILoads(SB), NOSPLIT, $0-64
+	GEMV8VNNI(VROWQ0, SCALESLOADS, v80lloop, v80lnopf)
 
 // func q8HasMin(x *byte, nb int) bool
 // Whether any quant of the nb Q8_0 blocks at x is −128.
