@@ -239,10 +239,14 @@ func matMulQ0Asm(t Type, y []float32, ldy int, w []byte, rowBytes int, xq []byte
 			}
 			k := 0
 			if wide && R == q0tR && tc >= 6 {
+				// the 4 rows' block scales, interleaved (dws[4b+i]); widened with F16C
+				// row by row in p, which the tiles below overwrite
+				for i := 0; i < q0tR; i++ {
+					q8ScalesAVX2(&w[(r+i)*rowBytes], nb, &p[i*nb])
+				}
 				for b := 0; b < nb; b++ {
-					for i := 0; i < q0tR; i++ {
-						dws[q0tR*b+i] = halfToFloat(le16(w[(r+i)*rowBytes+b*BlockBytesQ8_0:]))
-					}
+					d := dws[q0tR*b : q0tR*b+q0tR : q0tR*b+q0tR]
+					d[0], d[1], d[2], d[3] = p[b], p[nb+b], p[2*nb+b], p[3*nb+b]
 				}
 				for ; k+6 <= tc; k += 6 {
 					q0tQ8Z4x6(&w[r*rowBytes], rowBytes, &x0[k*xRowBytes], xRowBytes, &xs[k], 4*tc, &dws[0], nb, &y0[k*ldy+r], ldy)
