@@ -26,7 +26,11 @@ func Implementation() string {
 		} // (the AVX512-BF16 GEMM is opt-in: its callers say when they use it)
 		switch {
 		case useVNNI():
-			return "amd64 AVX2+FMA+F16C assembly, AVX-512 VNNI kernels (batch and gemv) and SGEMM" + amx
+			loads := ""
+			if scaleLoads.Load() {
+				loads = "; block scales loaded, not gathered: gathers are slow on this CPU"
+			}
+			return "amd64 AVX2+FMA+F16C assembly, AVX-512 VNNI kernels (batch and gemv" + loads + ") and SGEMM" + amx
 		case use512():
 			return "amd64 AVX2+FMA+F16C assembly, AVX-512F SGEMM" + amx
 		}
