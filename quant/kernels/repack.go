@@ -190,8 +190,8 @@ func matVecRepack(t Type, out []float32, w []byte, rowBytes int, xq []byte, nb, 
 		pd := buf.pre // pd[4b] = −off·Σx, pd[4b+1] = d_x
 		q8SumsAVX2(&xq[0], nb, off, &pd[0], (*float32)(unsafe.Pointer(&pd[1])))
 		pf := gemvPrefetch(8 * rowBytes)
+		loads := scaleLoads.Load()
 		for ; r+8 <= r1; r += 8 {
-			loads := scaleLoads.Load()
 			if t == Q4_0 && loads {
 				dotQ40Repack8RowsVNNILoads(&w[r*rowBytes], rowBytes, &xq[0], &pd[0], nb, &ulut[0], &out[r], pf)
 			} else if loads {
