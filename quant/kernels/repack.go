@@ -190,17 +190,17 @@ func matVecRepack(t Type, out []float32, w []byte, rowBytes int, xq []byte, nb, 
 		pd := buf.pre // pd[4b] = −off·Σx, pd[4b+1] = d_x
 		q8SumsAVX2(&xq[0], nb, off, &pd[0], (*float32)(unsafe.Pointer(&pd[1])))
 		pf := gemvPrefetch(8 * rowBytes)
-		loads := scaleLoads.Load()
+		kern := dotQ4Repack8RowsVNNI // the kernel: Q4_0's own or the table's, scales gathered or loaded
+		switch loads := scaleLoads.Load(); {
+		case t == Q4_0 && loads:
+			kern = dotQ40Repack8RowsVNNILoads
+		case loads:
+			kern = dotQ4Repack8RowsVNNILoads
+		case t == Q4_0:
+			kern = dotQ40Repack8RowsVNNI
+		}
 		for ; r+8 <= r1; r += 8 {
-			if t == Q4_0 && loads {
-				dotQ40Repack8RowsVNNILoads(&w[r*rowBytes], rowBytes, &xq[0], &pd[0], nb, &ulut[0], &out[r], pf)
-			} else if loads {
-				dotQ4Repack8RowsVNNILoads(&w[r*rowBytes], rowBytes, &xq[0], &pd[0], nb, &ulut[0], &out[r], pf)
-			} else if t == Q4_0 {
-				dotQ40Repack8RowsVNNI(&w[r*rowBytes], rowBytes, &xq[0], &pd[0], nb, &ulut[0], &out[r], pf)
-			} else {
-				dotQ4Repack8RowsVNNI(&w[r*rowBytes], rowBytes, &xq[0], &pd[0], nb, &ulut[0], &out[r], pf)
-			}
+			kern(&w[r*rowBytes], rowBytes, &xq[0], &pd[0], nb, &ulut[0], &out[r], pf)
 		}
 		vnniPool.Put(buf)
 	}
