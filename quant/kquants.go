@@ -339,11 +339,7 @@ func quantRowQ3KImp(dst []byte, x, qw []float32, s *scratch) {
 	for ib := 0; ib < len(x)/QK_K; ib++ {
 		xb := x[QK_K*ib : QK_K*ib+QK_K]
 		yb := dst[sizeQ3_K*ib : sizeQ3_K*ib+sizeQ3_K]
-		var sumx2 float32
-		for _, v := range xb {
-			sumx2 += float32(v * v)
-		}
-		sigma2 := float32(2 * sumx2 / QK_K)
+		sigma2 := superBlockSigma2(xb)
 		for j := 0; j < 16; j++ {
 			wj := w[16*j : 16*j+16]
 			imatrixWeights(wj, xb[16*j:16*j+16], qw[QK_K*ib+16*j:], sigma2)
@@ -485,11 +481,7 @@ func quantRowQ45KImp(dst []byte, x, qw []float32, s *scratch, nmax int32) {
 		var sw, scales, mins [16]float32
 		for h := 0; h < k; h++ {
 			xh := xb[QK_K*h : QK_K*h+QK_K]
-			var sumx2 float32
-			for _, v := range xh {
-				sumx2 += float32(v * v)
-			}
-			sigma2 := float32(2 * sumx2 / QK_K)
+			sigma2 := superBlockSigma2(xh)
 			for j := 0; j < 8; j++ {
 				wj := w[QK_K*h+32*j : QK_K*h+32*j+32]
 				imatrixWeights(wj, xh[32*j:32*j+32], qw[QK_K*(ib+h)+32*j:], sigma2)

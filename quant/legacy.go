@@ -168,6 +168,16 @@ func rowSigma2(x []float32) float32 {
 	return s / float32(len(x))
 }
 
+// superBlockSigma2 is 2·Σx²/QK_K over one super-block x (QK_K values), the σ² of ggml's
+// importance weighting for Q3_K, Q4_K and Q5_K, rounded as ggml rounds it.
+func superBlockSigma2(x []float32) float32 {
+	var s float32
+	for _, v := range x {
+		s += float32(v * v)
+	}
+	return float32(2 * s / QK_K)
+}
+
 // imatrixWeights fills w[j] = qw[j]·sqrt(sigma2 + x[j]²) (ggml's imatrix weighting).
 func imatrixWeights(w, x, qw []float32, sigma2 float32) {
 	for j, v := range x {
