@@ -106,7 +106,13 @@ func (s *Session) kvGroupFloats(il, g, P, Pp int, kf, vf []float32) {
 // balanced. The results do not depend on the split.
 func (s *Session) groupRun(items int) int { return max(1, items/(4*s.m.pool.threads())) }
 
-// attentionLanes8 is attention() for a prompt batch in tinyBLAS order (see above).
+// attentionLanes8 is attention() for a prompt batch in tinyBLAS order (see above). Per KV
+// group and chunk of attnChunk queries, each head's K·Q and V·p are two kernels.SgemmLanes8
+// products, whose every element is DotLanes8 of its row pair: scores past a query's causal
+// limit are computed and dropped, and V·p runs to the chunk's last query's (padded) position
+// count, the earlier queries' probabilities being exact zeros there (finite values times
+// zero add nothing to an accumulator that starts at +0), so every output is the per-query
+// dot product's bit for bit.
 func (s *Session) attentionLanes8(il, T, pos0 int) {
 	c := s.m.cfg
 	hd, nh, nkv := c.HeadDim, c.NHead, c.NHeadKV
@@ -117,14 +123,14 @@ func (s *Session) attentionLanes8(il, T, pos0 int) {
 	P := pos0 + T      // positions the last token sees
 	Pp := (P + 7) &^ 7 // padded to the 8-lane width (zeros beyond P)
 	chunks := (T + attnChunk - 1) / attnChunk
-	need := P*hd + hd*Pp + Pp + hd
+	need := P*hd + hd*Pp + attnChunk*Pp + attnChunk*hd
 	s.attnScratchFor(need)
 	s.m.pool.run(nkv*chunks, s.groupRun(nkv*chunks), func(w, lo, hi int) {
 		buf := s.attnScratch[w][:need]
-		kf := buf[:P*hd]                     // keys of the group, one row per position
-		vf := buf[P*hd : P*hd+hd*Pp]         // values of the group, one row of Pp positions per channel
-		p := buf[P*hd+hd*Pp : P*hd+hd*Pp+Pp] // probabilities, zero-padded
-		q := buf[P*hd+hd*Pp+Pp:]
+		kf := buf[:P*hd]                                // keys of the group, one row per position
+		vf := buf[P*hd : P*hd+hd*Pp]                    // values of the group, one row of Pp positions per channel
+		sc := buf[P*hd+hd*Pp : P*hd+hd*Pp+attnChunk*Pp] // scores / probabilities, one row of Pp per query
+		qb := buf[P*hd+hd*Pp+attnChunk*Pp:]             // the chunk's queries, rounded to the key type
 		lastG := -1
 		for it := lo; it < hi; it++ {
 			g, ch := it/chunks, it%chunks
@@ -132,23 +138,28 @@ func (s *Session) attentionLanes8(il, T, pos0 int) {
 				s.kvGroupFloats(il, g, P, Pp, kf, vf)
 				lastG = g
 			}
-			for t := ch * attnChunk; t < min(T, (ch+1)*attnChunk); t++ {
-				n := pos0 + t + 1
-				for hh := g * grp; hh < (g+1)*grp; hh++ {
-					copy(q, s.q[t*qd+hh*hd:t*qd+(hh+1)*hd])
+			t0 := ch * attnChunk
+			M := min(T, t0+attnChunk) - t0
+			npos := pos0 + t0 + M  // positions the chunk's last query sees
+			npc := (npos + 7) &^ 7 // ≤ Pp
+			for hh := g * grp; hh < (g+1)*grp; hh++ {
+				for i := 0; i < M; i++ {
+					q := qb[i*hd : (i+1)*hd]
+					copy(q, s.q[(t0+i)*qd+hh*hd:(t0+i)*qd+(hh+1)*hd])
 					roundTo(kv.tk, q)
-					sc := p[:n]
-					for u := 0; u < n; u++ {
-						sc[u] = kernels.DotLanes8(kf[u*hd:(u+1)*hd], q)
-					}
-					softmaxMasked(sc, scale)
-					roundTo(kv.tv, sc)
-					np := (n + 7) &^ 7
-					clear(p[n:np])
-					o := s.att[t*qd+hh*hd : t*qd+(hh+1)*hd]
-					for d := 0; d < hd; d++ {
-						o[d] = kernels.DotLanes8(vf[d*Pp:d*Pp+np], p[:np])
-					}
+				}
+				if err := kernels.SgemmLanes8(M, npos, hd, qb, hd, kf, hd, sc, Pp); err != nil {
+					panic(err) // shapes are set above
+				}
+				for i := 0; i < M; i++ {
+					n := pos0 + t0 + i + 1
+					row := sc[i*Pp : (i+1)*Pp]
+					softmaxMasked(row[:n], scale)
+					roundTo(kv.tv, row[:n])
+					clear(row[n:npc])
+				}
+				if err := kernels.SgemmLanes8(M, hd, npc, sc, Pp, vf, Pp, s.att[t0*qd+hh*hd:], qd); err != nil {
+					panic(err)
 				}
 			}
 		}

@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/tq-project/tq/quant/kernels"
 )
 
 // TestAttentionGemmMatchesLanes8: the calibration forward's GEMM attention (FullPrecision)
@@ -52,6 +54,7 @@ func TestAttentionGemmMatchesLanes8(t *testing.T) {
 			}
 			s.attentionLanes8(0, T, pos0)
 			want := append([]float32(nil), s.att[:T*qd]...)
+			checkLanes8Dots(t, s, ct, T, pos0, want)
 			clear(s.att)
 			s.attentionGemm(0, T, pos0)
 			tol := 1e-5
@@ -64,6 +67,45 @@ func TestAttentionGemmMatchesLanes8(t *testing.T) {
 				}
 			}
 			m.Close()
+		}
+	}
+}
+
+// checkLanes8Dots checks attentionLanes8's output of layer 0 (got) bit for bit against the
+// definition it reproduces, one DotLanes8 per (query, position) and per (query, channel),
+// each over the query's own causal positions (padded to 8 with zero probabilities): the
+// chunked GEMM form computes scores past a query's limit and runs V·p to the chunk's last
+// query, which must change no bit.
+func checkLanes8Dots(t *testing.T, s *Session, ct string, T, pos0 int, got []float32) {
+	t.Helper()
+	c := s.m.cfg
+	hd, nh, nkv, qd := c.HeadDim, c.NHead, c.NHeadKV, c.QDim()
+	scale := 1 / float32(math.Sqrt(float64(hd)))
+	P := pos0 + T
+	Pp := (P + 7) &^ 7
+	kf, vf := make([]float32, P*hd), make([]float32, hd*Pp)
+	q, p := make([]float32, hd), make([]float32, Pp)
+	for g := 0; g < nkv; g++ {
+		s.kvGroupFloats(0, g, P, Pp, kf, vf)
+		for hh := g * nh / nkv; hh < (g+1)*nh/nkv; hh++ {
+			for tk := 0; tk < T; tk++ {
+				n := pos0 + tk + 1
+				copy(q, s.q[tk*qd+hh*hd:tk*qd+(hh+1)*hd])
+				roundTo(s.kv.tk, q)
+				for u := 0; u < n; u++ {
+					p[u] = kernels.DotLanes8(kf[u*hd:(u+1)*hd], q)
+				}
+				softmaxMasked(p[:n], scale)
+				roundTo(s.kv.tv, p[:n])
+				np := (n + 7) &^ 7
+				clear(p[n:np])
+				for d := 0; d < hd; d++ {
+					want := kernels.DotLanes8(vf[d*Pp:d*Pp+np], p[:np])
+					if g := got[tk*qd+hh*hd+d]; math.Float32bits(g) != math.Float32bits(want) {
+						t.Fatalf("%s T=%d pos0=%d: query %d head %d channel %d: %g, one dot per pair gives %g", ct, T, pos0, tk, hh, d, g, want)
+					}
+				}
+			}
 		}
 	}
 }
