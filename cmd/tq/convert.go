@@ -284,24 +284,45 @@ func parseSize(s string) (int64, error) {
 	return int64(v * float64(mult)), nil
 }
 
-// progress draws a throttled progress bar on stderr when it is a terminal, nothing otherwise.
+// progress draws a throttled progress bar on stderr when it is a terminal. Otherwise (a log,
+// a CI job) it prints a plain line at most every progressLineEvery: nothing for a short
+// conversion, and a sign of life with the share done and an estimate of the time left for a
+// long one (a calibrated 1 B model takes minutes).
 type progress struct {
-	bar  *progressbar.ProgressBar
-	w    io.Writer
-	desc string
-	tty  bool
+	bar   *progressbar.ProgressBar
+	w     io.Writer
+	desc  string
+	tty   bool
+	now   func() time.Time
+	start time.Time
+	last  time.Time
 }
 
+// progressLineEvery is the interval between the plain progress lines written to a
+// non-terminal.
+const progressLineEvery = 30 * time.Second
+
 func newProgress(w io.Writer, desc string) *progress {
-	p := &progress{w: w, desc: desc}
+	p := &progress{w: w, desc: desc, now: time.Now}
 	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		p.tty = true
 	}
+	p.start = p.now()
+	p.last = p.start
 	return p
 }
 
 func (p *progress) update(done, total int64) {
 	if !p.tty {
+		t := p.now()
+		if total <= 0 || done <= 0 || done >= total || t.Sub(p.last) < progressLineEvery {
+			return
+		}
+		p.last = t
+		el := t.Sub(p.start)
+		left := time.Duration(float64(el) * float64(total-done) / float64(done))
+		fmt.Fprintf(p.w, "%s: %.0f%% (%s of %s) after %s, about %s left\n", p.desc, 100*float64(done)/float64(total),
+			fmtBytes(done), fmtBytes(total), el.Round(time.Second), left.Round(time.Second))
 		return
 	}
 	if p.bar == nil {
