@@ -167,10 +167,12 @@ func (s *Session) attentionLanes8(il, T, pos0 int) {
 }
 
 // attentionGemm is attentionLanes8's computation with the packed GEMM (kernels.Sgemm) for
-// K·Q and V·p over chunks of gemmAttnChunk queries of one head: the calibration forward
-// (FullPrecision), which does not reproduce llama.cpp's float order anyway, spends most of
-// its attention time in one dot product per (query, position) otherwise. The query and the
-// probabilities are not rounded to the cache types (FullPrecision).
+// K·Q and V·p over chunks of gemmAttnChunk queries of one head, for the calibration forward
+// (FullPrecision), which does not reproduce llama.cpp's float order anyway: the packed kernel
+// accumulates a tile of outputs in registers across the shared dimension (12×32 with AVX-512,
+// 6×16 with AVX2), where the tinyBLAS order needs one 8-lane accumulator per output, reduced
+// at the end (3×4 tiles). The
+// query and the probabilities are not rounded to the cache types (FullPrecision).
 func (s *Session) attentionGemm(il, T, pos0 int) {
 	c := s.m.cfg
 	hd, nh, nkv := c.HeadDim, c.NHead, c.NHeadKV
