@@ -6,6 +6,7 @@ package quant
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 
@@ -59,9 +60,22 @@ func NewHessian(n int) (*Hessian, error) {
 // wrong length, a non-finite entry, a negative diagonal entry or an asymmetry larger
 // than 1e-6·sqrt(g_ii·g_jj) (plus 1e-30 absolute).
 func NewHessianFromGram(n int, gram []float64) (*Hessian, error) {
-	h, err := NewHessian(n)
-	if err != nil {
-		return nil, err
+	if n <= 0 || n > MaxHessianCols {
+		return nil, fmt.Errorf("quant: Hessian: %d columns is outside 1..%d", n, MaxHessianCols)
+	}
+	if len(gram) != n*n {
+		return nil, fmt.Errorf("quant: Hessian: have %d values, want %d×%d", len(gram), n, n)
+	}
+	return AdoptGram(n, slices.Clone(gram))
+}
+
+// AdoptGram is NewHessianFromGram without the copy: the Hessian takes gram over as its own
+// storage (the caller must not use it afterwards), so a wide input's n² float64 values are
+// held once rather than twice while it is built. The checks and the result are those of
+// NewHessianFromGram; on an error gram is left unchanged.
+func AdoptGram(n int, gram []float64) (*Hessian, error) {
+	if n <= 0 || n > MaxHessianCols {
+		return nil, fmt.Errorf("quant: Hessian: %d columns is outside 1..%d", n, MaxHessianCols)
 	}
 	if len(gram) != n*n {
 		return nil, fmt.Errorf("quant: Hessian: have %d values, want %d×%d", len(gram), n, n)
@@ -80,11 +94,11 @@ func NewHessianFromGram(n int, gram []float64) (*Hessian, error) {
 			if math.Abs(a-b) > 1e-6*math.Sqrt(gram[i*n+i]*gram[j*n+j])+1e-30 {
 				return nil, fmt.Errorf("quant: Hessian: not symmetric at (%d,%d): %v vs %v", i, j, a, b)
 			}
-			h.sum[i*n+j] = a
 		}
 	}
-	h.count = 1
-	return h, nil
+	// sum holds the upper triangle (i <= j), which gram already has in place; the lower
+	// triangle is never read.
+	return &Hessian{n: n, sum: gram, count: 1}, nil
 }
 
 // Cols returns n, the number of columns (the layer's input size).
@@ -219,17 +233,7 @@ func (h *Hessian) actOrder(damp float64, withH bool) (*gptqActOrder, error) {
 			perm[i] = i
 		}
 		sort.SliceStable(perm, func(a, b int) bool { return h.sum[perm[a]*n+perm[a]] > h.sum[perm[b]*n+perm[b]] })
-		ph := &Hessian{n: n, sum: make([]float64, n*n), count: h.count}
-		for p := 0; p < n; p++ {
-			for q := p; q < n; q++ {
-				i, j := perm[p], perm[q]
-				if i > j {
-					i, j = j, i
-				}
-				ph.sum[p*n+q] = h.sum[i*n+j]
-			}
-		}
-		f, err := ph.factorize(damp)
+		f, err := h.factorizePerm(damp, perm)
 		if err != nil {
 			return nil, err
 		}
@@ -247,15 +251,31 @@ func (h *Hessian) actOrder(damp float64, withH bool) (*gptqActOrder, error) {
 }
 
 func (h *Hessian) factorize(damp float64) (*gptqFactor, error) {
+	return h.factorizePerm(damp, nil)
+}
+
+// factorizePerm factorises P·H·Pᵀ, the matrix whose element (p, q) is H[perm[p]][perm[q]]
+// (perm nil: H itself), reading H in place rather than from a permuted copy: a wide input's
+// n² float64 values are not held twice while it is factorised.
+func (h *Hessian) factorizePerm(damp float64, perm []int) (*gptqFactor, error) {
 	n := h.n
 	scale := 1.0
 	if h.count > 0 {
 		scale = 1 / h.count
 	}
+	at := func(i, j int) float64 { // element (i, j) of the permuted matrix, i >= j
+		if perm != nil {
+			i, j = perm[i], perm[j]
+			if j > i {
+				i, j = j, i
+			}
+		}
+		return h.sum[j*n+i]
+	}
 	diag := make([]float64, n)
 	var mean float64
 	for i := range diag {
-		diag[i] = h.sum[i*n+i] * scale
+		diag[i] = at(i, i) * scale
 		if !(diag[i] >= 0) || math.IsInf(diag[i], 1) {
 			return nil, fmt.Errorf("Hessian diagonal entry %d = %v is negative or not finite", i, diag[i])
 		}
@@ -277,7 +297,7 @@ func (h *Hessian) factorize(damp float64) (*gptqFactor, error) {
 			i := n - 1 - p
 			for q := p; q < n; q++ {
 				j := n - 1 - q // j <= i
-				v := h.sum[j*n+i] * scale
+				v := at(i, j) * scale
 				if diag[i] == 0 || diag[j] == 0 {
 					v = 0
 				}

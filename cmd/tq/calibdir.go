@@ -75,11 +75,19 @@ func (c calibHessians) Gram(tensor string, m int) ([]float64, int, bool, error) 
 	if err != nil || !ok {
 		return nil, 0, false, err
 	}
-	n := h.SymmetricDim()
-	g := make([]float64, n*n)
+	// The matrix is new and ours: hand its storage on instead of copying it (a wide input's
+	// n² float64 values held once), with the lower triangle made equal to the upper one that
+	// At reads.
+	raw := h.RawSymmetric()
+	n := raw.N
+	g := raw.Data
+	if raw.Stride != n || len(g) < n*n {
+		return nil, 0, false, fmt.Errorf("tensor %s: Gram matrix storage %d×%d with stride %d", tensor, n, n, raw.Stride)
+	}
+	g = g[:n*n]
 	for i := 0; i < n; i++ {
-		for j := 0; j < n; j++ {
-			g[i*n+j] = h.At(i, j)
+		for j := i + 1; j < n; j++ {
+			g[j*n+i] = g[i*n+j]
 		}
 	}
 	return g, n, true, nil

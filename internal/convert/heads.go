@@ -69,7 +69,7 @@ func attachHeads(j *job, t policy.Tensor, all []policy.Tensor, src HeadHessianSo
 		case int64(cols) != j.cols:
 			return nil, fmt.Errorf("tensor %s: head group %d's matrix is %d×%d, the rows have %d columns", j.name, h, cols, cols, j.cols)
 		}
-		hs, err := quant.NewHessianFromGram(cols, g)
+		hs, err := quant.AdoptGram(cols, g)
 		if err != nil {
 			return nil, fmt.Errorf("tensor %s: head group %d: %w", j.name, h, err)
 		}

@@ -14,7 +14,9 @@ import (
 // hessians/, docs/calibration.md): H = XᵀX/n of the input of matrix m of a tensor (m = 0 for a
 // 2-D weight, the expert index for stacked experts), row-major n×n with n the row length. ok is
 // false when the calibration holds only a diagonal for that input (the importance then serves).
-// Implementations must be safe for concurrent use.
+// Implementations must be safe for concurrent use, and the matrix Gram returns is handed over:
+// the conversion keeps it as the Hessian's storage (quant.AdoptGram), so the source must not
+// change it afterwards.
 type HessianSource interface {
 	Gram(tensor string, m int) (gram []float64, n int, ok bool, err error)
 }
@@ -193,7 +195,7 @@ func (c *hessianCache) get(m int64) (*quant.Hessian, error) {
 		case int64(n) != c.cols:
 			e.err = fmt.Errorf("tensor %s matrix %d: the calibration's Hessian is %d×%d, the rows have %d columns", c.name, m, n, n, c.cols)
 		default:
-			e.h, e.err = quant.NewHessianFromGram(n, g)
+			e.h, e.err = quant.AdoptGram(n, g)
 			if e.err != nil {
 				e.err = fmt.Errorf("tensor %s matrix %d: %w", c.name, m, e.err)
 			}
