@@ -60,17 +60,11 @@ func NewHessian(n int) (*Hessian, error) {
 // wrong length, a non-finite entry, a negative diagonal entry or an asymmetry larger
 // than 1e-6·sqrt(g_ii·g_jj) (plus 1e-30 absolute).
 func NewHessianFromGram(n int, gram []float64) (*Hessian, error) {
-	if n <= 0 || n > MaxHessianCols {
-		return nil, fmt.Errorf("quant: Hessian: %d columns is outside 1..%d", n, MaxHessianCols)
-	}
-	if len(gram) != n*n {
-		return nil, fmt.Errorf("quant: Hessian: have %d values, want %d×%d", len(gram), n, n)
-	}
 	return AdoptGram(n, slices.Clone(gram))
 }
 
 // AdoptGram is NewHessianFromGram without the copy: the Hessian takes gram over as its own
-// storage (the caller must not use it afterwards), so a wide input's n² float64 values are
+// storage (nobody may change it afterwards), so a wide input's n² float64 values are
 // held once rather than twice while it is built. The checks and the result are those of
 // NewHessianFromGram; on an error gram is left unchanged.
 func AdoptGram(n int, gram []float64) (*Hessian, error) {
