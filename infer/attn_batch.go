@@ -171,8 +171,8 @@ func (s *Session) attentionLanes8(il, T, pos0 int) {
 // (FullPrecision), which does not reproduce llama.cpp's float order anyway: the packed kernel
 // accumulates a tile of outputs in registers across the shared dimension (12×32 with AVX-512,
 // 6×16 with AVX2), where the tinyBLAS order needs one 8-lane accumulator per output, reduced
-// at the end (3×4 tiles). The
-// query and the probabilities are not rounded to the cache types (FullPrecision).
+// at the end (3×4 tiles). The query and the probabilities are not rounded to the cache types
+// (FullPrecision).
 func (s *Session) attentionGemm(il, T, pos0 int) {
 	c := s.m.cfg
 	hd, nh, nkv := c.HeadDim, c.NHead, c.NHeadKV
