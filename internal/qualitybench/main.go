@@ -1,12 +1,14 @@
 // Command qualitybench measures what quantization costs on a trained model, with llama.cpp
 // itself as the engine: next-token distributions of quantized GGUF files against the F16 file
 // (KL divergence, same top-1, perplexity) over held-out text, and the parity of a converted
-// model with a torch reference. It drives llama.cpp (node-llama-cpp 3.21.1) through
+// model with a torch reference, and the layer-wise error GPTQ minimises (herr, from a
+// calibration's Gram matrices, no llama.cpp). It drives llama.cpp (node-llama-cpp 3.21.1) through
 // testdata/llamacpp/llama.mjs, so it needs the references `make refs` installs; it is a
 // development tool and not part of the tq binary.
 //
 //	go run ./internal/qualitybench kld --f16 m-f16.gguf --baseline m-q4km-ref.gguf m-q4km-ref.gguf m-tq.gguf
 //	go run ./internal/qualitybench parity --torch torch-probs.json m-f32.gguf
+//	go run ./internal/qualitybench herr --f16 m-f16.gguf --calibration CALIB m-tq.gguf
 //
 // See testdata/trained/README.md and docs/results.md ("Quality on trained models").
 package main
@@ -33,15 +35,17 @@ func main() {
 
 func run(args []string, w io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: qualitybench kld|parity [flags] ... (-h for the flags)")
+		return errors.New("usage: qualitybench kld|parity|herr [flags] ... (-h for the flags)")
 	}
 	switch args[0] {
 	case "kld":
 		return runKLD(args[1:], w)
 	case "parity":
 		return runParity(args[1:], w)
+	case "herr":
+		return runHErr(args[1:], w)
 	}
-	return fmt.Errorf("unknown command %q: want kld or parity", args[0])
+	return fmt.Errorf("unknown command %q: want kld, parity or herr", args[0])
 }
 
 // fileResult is one row of the kld report.
