@@ -166,6 +166,9 @@ type gptqFactor struct {
 	diag   []float64
 	hf     []float32
 	dead   []bool // H_jj = 0
+	// coupled reports whether any rounding error is fed back (an off-diagonal entry of Ṽ is
+	// not zero), i.e. whether H had correlations left after dropping dead columns.
+	coupled bool
 }
 
 // gptqMaxDampTries is how often the damping is multiplied by 10 when the Cholesky
@@ -339,6 +342,7 @@ func (h *Hessian) factorizePerm(damp float64, perm []int) (*gptqFactor, error) {
 				return nil, fmt.Errorf("Hessian factorisation overflowed at (%d,%d)", i, j)
 			}
 			col[i] = v
+			f.coupled = f.coupled || v != 0
 		}
 	}
 	return f, nil

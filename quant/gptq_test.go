@@ -603,3 +603,54 @@ func infAt(n, i int) []float32 {
 	x[i] = float32(math.Inf(1))
 	return x
 }
+
+// TestGPTQQuickFit: with correlated inputs the block fit of gptqQuickFitTypes is ggml's
+// imatrix search alone, and every other type keeps the better of it and the improved
+// encoder; with a diagonal H (no feedback) every type keeps the better of the two
+// (TestGPTQDiagonalHessian checks what that gives). Without Refine and in the natural order,
+// row r's first block is fitted to the original weights, and its fp16 (super-)scale and min
+// are not changed afterwards, so they are exactly what the fit chose.
+func TestGPTQQuickFit(t *testing.T) {
+	const ns, n, nrows = 600, 256, 24
+	h := hessianOf(t, gptqInputs(5, ns, n), n)
+	eye := make([]float64, n*n)
+	for i := 0; i < n; i++ {
+		eye[i*n+i] = 1
+	}
+	hI, err := NewHessianFromGram(n, eye)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := studentT3(6, nrows*n)
+	ones := nil1(n)
+	for _, typ := range GPTQTypes() {
+		sp, rs := gptqSpecs[typ], gptqRefSpecs[typ]
+		ref := rowQuantizer(typ, ModeReference, true, 1)
+		size := mustRowSize(t, typ, n)
+		for _, hh := range []*Hessian{h, hI} {
+			q := make([]byte, nrows*size)
+			if err := QuantizeGPTQ(typ, q, w, nrows, n, hh, &GPTQOptions{Importance: ones}); err != nil {
+				t.Fatal(err)
+			}
+			quick := hh == h && gptqQuickFitTypes[typ]
+			var sc scratch
+			gg := make([]byte, sp.ts)
+			differ := 0
+			for r := 0; r < nrows; r++ {
+				ref(gg, w[r*n:r*n+sp.bs], ones[:sp.bs], &sc)
+				blk := q[r*size : r*size+sp.ts]
+				same := bytes.Equal(blk[rs.dOff:rs.dOff+2], gg[rs.dOff:rs.dOff+2]) &&
+					(rs.mOff < 0 || bytes.Equal(blk[rs.mOff:rs.mOff+2], gg[rs.mOff:rs.mOff+2]))
+				if quick && !same {
+					t.Errorf("%v row %d: first block's scales are not ggml's search's", typ, r)
+				}
+				if !same {
+					differ++
+				}
+			}
+			if !quick && differ == 0 {
+				t.Errorf("%v (diagonal H: %v): every row's first block has ggml's scales; the improved encoder never won", typ, hh == hI)
+			}
+		}
+	}
+}
