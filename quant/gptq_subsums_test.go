@@ -112,3 +112,57 @@ func TestGPTQRefineGradient(t *testing.T) {
 		t.Logf("%v: %d of %d values changed by Refine; every block's gradient matches", typ, changed, nrows*n)
 	}
 }
+
+// TestHMul checks Refine's H·x against a float64 product, for the shapes it is called with
+// (the whole block; a sub-block's rows; the rows around a sub-block; the second block of
+// the row), with zeros in x, and that no other output is written. The error is bounded by
+// float32 accumulation, 2⁻²⁰ of Σ|H_ij·x_j| over 32-256 terms.
+func TestHMul(t *testing.T) {
+	const n, bs = 512, 256
+	r := rand.New(rand.NewPCG(3, 4))
+	hf := make([]float32, n*n)
+	for i := range n {
+		for j := 0; j <= i; j++ {
+			v := float32(r.NormFloat64())
+			if i == j {
+				v = float32(n)
+			}
+			hf[i*n+j], hf[j*n+i] = v, v
+		}
+	}
+	g := &gptqRun{n: n, hf: hf}
+	rw := newGPTQRefineWork(n, bs, 144)
+	x := make([]float64, bs)
+	out := make([]float64, bs)
+	for _, c := range []struct{ c0, rlo, rhi, lo, hi int }{
+		{0, 0, bs, 0, bs}, {256, 0, bs, 0, bs}, {256, 32, 64, 32, 64}, {0, 0, 96, 96, 128}, {256, 128, bs, 96, 128},
+	} {
+		for j := range x {
+			x[j] = 0
+			if r.IntN(4) > 0 {
+				x[j] = r.NormFloat64() * 3
+			}
+		}
+		for i := range out {
+			out[i] = math.NaN()
+		}
+		g.hMul(rw, out, x, c.c0, c.rlo, c.rhi, c.lo, c.hi)
+		for i := range bs {
+			if i < c.rlo || i >= c.rhi {
+				if !math.IsNaN(out[i]) {
+					t.Fatalf("%+v: output %d outside the rows was written", c, i)
+				}
+				continue
+			}
+			var want, mag float64
+			for j := c.lo; j < c.hi; j++ {
+				p := float64(hf[(c.c0+i)*n+c.c0+j]) * float64(float32(x[j]))
+				want += p
+				mag += math.Abs(p)
+			}
+			if d := math.Abs(out[i] - want); d > mag*0x1p-20 {
+				t.Errorf("%+v: output %d = %v, float64 %v (difference %g, Σ|terms| %g)", c, i, out[i], want, d, mag)
+			}
+		}
+	}
+}
