@@ -13,16 +13,7 @@ import (
 func TestSubBlockSums(t *testing.T) {
 	const n, bs, sub = 512, 256, 32
 	r := rand.New(rand.NewPCG(1, 2))
-	hf := make([]float32, n*n)
-	for i := range n {
-		for j := 0; j <= i; j++ {
-			v := float32(r.NormFloat64())
-			if i == j {
-				v = float32(n)
-			}
-			hf[i*n+j], hf[j*n+i] = v, v
-		}
-	}
+	hf := randomSymF32(r, n)
 	s := subBlockSums(hf, n, bs, sub)
 	ns := bs / sub
 	if len(s) != n*ns {
@@ -120,16 +111,7 @@ func TestGPTQRefineGradient(t *testing.T) {
 func TestHMul(t *testing.T) {
 	const n, bs = 512, 256
 	r := rand.New(rand.NewPCG(3, 4))
-	hf := make([]float32, n*n)
-	for i := range n {
-		for j := 0; j <= i; j++ {
-			v := float32(r.NormFloat64())
-			if i == j {
-				v = float32(n)
-			}
-			hf[i*n+j], hf[j*n+i] = v, v
-		}
-	}
+	hf := randomSymF32(r, n)
 	g := &gptqRun{n: n, hf: hf}
 	rw := newGPTQRefineWork(n, bs, 144)
 	x := make([]float64, bs)
@@ -165,4 +147,20 @@ func TestHMul(t *testing.T) {
 			}
 		}
 	}
+}
+
+// randomSymF32 returns a symmetric n×n float32 matrix, standard normal off the diagonal and
+// n on it (positive definite).
+func randomSymF32(r *rand.Rand, n int) []float32 {
+	hf := make([]float32, n*n)
+	for i := range n {
+		for j := 0; j <= i; j++ {
+			v := float32(r.NormFloat64())
+			if i == j {
+				v = float32(n)
+			}
+			hf[i*n+j], hf[j*n+i] = v, v
+		}
+	}
+	return hf
 }

@@ -145,14 +145,7 @@ func TestGPTQLoopAgainstTextbook(t *testing.T) {
 func TestGPTQDiagonalHessian(t *testing.T) {
 	const nrows, n = 8, 512
 	w := gaussian(31, nrows*n)
-	eye := make([]float64, n*n)
-	for i := 0; i < n; i++ {
-		eye[i*n+i] = 1
-	}
-	hI, err := NewHessianFromGram(n, eye)
-	if err != nil {
-		t.Fatal(err)
-	}
+	hI := identityHessian(t, n)
 	ones := nil1(n)
 	diagW := importanceFor(w, n, 5)
 	diag := make([]float64, n*n)
@@ -613,14 +606,7 @@ func infAt(n, i int) []float32 {
 func TestGPTQQuickFit(t *testing.T) {
 	const ns, n, nrows = 600, 256, 24
 	h := hessianOf(t, gptqInputs(5, ns, n), n)
-	eye := make([]float64, n*n)
-	for i := 0; i < n; i++ {
-		eye[i*n+i] = 1
-	}
-	hI, err := NewHessianFromGram(n, eye)
-	if err != nil {
-		t.Fatal(err)
-	}
+	hI := identityHessian(t, n)
 	w := studentT3(6, nrows*n)
 	ones := nil1(n)
 	for _, typ := range GPTQTypes() {
@@ -653,4 +639,18 @@ func TestGPTQQuickFit(t *testing.T) {
 			}
 		}
 	}
+}
+
+// identityHessian returns H = I of n columns.
+func identityHessian(t *testing.T, n int) *Hessian {
+	t.Helper()
+	eye := make([]float64, n*n)
+	for i := 0; i < n; i++ {
+		eye[i*n+i] = 1
+	}
+	h, err := NewHessianFromGram(n, eye)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
