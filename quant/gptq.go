@@ -7,6 +7,7 @@ package quant
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/tq-project/tq/gguf"
 	"github.com/tq-project/tq/quant/kernels"
@@ -226,12 +227,7 @@ func quantizeGPTQ(t gguf.GGMLType, dst []byte, src []float32, nrows, ncols int, 
 		// almost no weight almost no say, and may clip it far beyond the live columns' error.
 		g.quickFit = make([]bool, ncols/sp.bs)
 		for b := range g.quickFit {
-			g.quickFit[b] = true
-			for c := b * sp.bs; c < (b+1)*sp.bs; c++ {
-				if f.dead[pos[c]] {
-					g.quickFit[b] = false
-				}
-			}
+			g.quickFit[b] = !slices.ContainsFunc(pos[b*sp.bs:(b+1)*sp.bs], func(p int) bool { return f.dead[p] })
 		}
 	}
 	if refine {

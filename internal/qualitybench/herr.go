@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"text/tabwriter"
@@ -31,7 +32,7 @@ func runHErr(args []string, w io.Writer) error {
 	if *ref == "" || *dir == "" || fs.NArg() == 0 {
 		return errors.New("herr: --f16, --calibration and at least one quantized file are required")
 	}
-	hs, err := calib.OpenHessians(*dir + "/hessians")
+	hs, err := calib.OpenHessians(filepath.Join(*dir, "hessians"))
 	if err != nil {
 		return err
 	}
