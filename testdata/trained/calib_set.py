@@ -9,8 +9,15 @@ sha256("calib:" + relative path), up to PIECES pieces of 1,500 characters per do
 evenly over it (documents shorter than one piece are skipped), until COUNT pieces. Output: one
 {"text": ...} object per line, the .jsonl form tq calibrate --calibration-dataset reads.
 
+With --heldout it writes the held-out documents instead (data/heldout.json, no python3.11-doc
+needed), cut into consecutive pieces of --piece characters: a measuring instrument only. tq
+calibrate on it gives the Gram matrices of the evaluation text, under which qualitybench herr
+predicts the KLD ratios (docs/results.md); a file converted with them would have seen the text
+it is evaluated on.
+
 Usage (Debian 12, python3.11-doc 3.11.2-6+deb12u9):
   python3 testdata/trained/calib_set.py OUT.jsonl [--count 512] [--pieces 4]
+  python3 testdata/trained/calib_set.py OUT.jsonl --heldout [--piece 700]
 """
 import argparse
 import hashlib
@@ -28,9 +35,24 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--count", type=int, default=512, help="pieces to write")
     ap.add_argument("--pieces", type=int, default=4, help="most pieces per document")
+    ap.add_argument("--heldout", action="store_true", help="write the held-out documents instead")
+    ap.add_argument("--piece", type=int, default=700, help="characters per held-out piece")
     a = ap.parse_args()
     with open(os.path.join(HERE, "data", "heldout.json"), encoding="utf-8") as fh:
-        held = {d["path"] for d in json.load(fh)["documents"]}
+        heldout = json.load(fh)["documents"]
+    held = {d["path"] for d in heldout}
+    if a.heldout:
+        if a.piece <= 0:
+            sys.exit("calib_set: --piece must be positive")
+        n = 0
+        with open(a.out, "w", encoding="utf-8") as fh:
+            for d in heldout:
+                t = d["text"]
+                for s in range(0, len(t), a.piece):
+                    fh.write(json.dumps({"text": t[s:s + a.piece]}) + "\n")
+                    n += 1
+        print(f"{n} pieces from {len(heldout)} held-out documents")
+        return
     docs = []
     for d, _, files in os.walk(ROOT):
         for f in files:
