@@ -93,6 +93,10 @@ func Default() ([]Prompt, error) {
 	return out, nil
 }
 
+// Builtin is the dataset name that LoadFiles reads as the built-in set (a prompt file's name
+// has a .txt, .jsonl or .json extension, so none is taken).
+const Builtin = "@builtin"
+
 // maxFileSize bounds user prompt files.
 const maxFileSize = 256 << 20
 
@@ -106,11 +110,20 @@ const maxLine = 64 << 20
 //   - .json: one prompt object in the format of the built-in set
 //     ({"id", "kind", "messages", "tools"}), or an array of them.
 //
+// The name Builtin stands for the built-in set (Default), so that it can be combined with
+// files of the user's own domain.
+//
 // Errors name the file (and line for .jsonl).
 func LoadFiles(paths ...string) ([]Prompt, error) {
 	var out []Prompt
 	for _, p := range paths {
-		ps, err := loadFile(p)
+		var ps []Prompt
+		var err error
+		if p == Builtin {
+			ps, err = Default()
+		} else {
+			ps, err = loadFile(p)
+		}
 		if err != nil {
 			return nil, err
 		}

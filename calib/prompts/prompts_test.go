@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -525,5 +526,28 @@ func TestValidatorRejects(t *testing.T) {
 	_ = json.Unmarshal([]byte(`{"n": 2, "u": "c", "l": ["a"]}`), &ok)
 	if err := valueErr(schema, ok, "x"); err != nil {
 		t.Errorf("valid value rejected: %v", err)
+	}
+}
+
+// TestLoadFilesBuiltin checks that the name Builtin is the built-in set, in its place among the
+// files.
+func TestLoadFilesBuiltin(t *testing.T) {
+	def, err := Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	txt := writeFile(t, dir, "essay.txt", "Summarize the history of the bicycle.\n")
+	ps, err := LoadFiles(txt, Builtin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != len(def)+1 || ps[0].ID != "essay" {
+		t.Fatalf("got %d prompts, first %q; want essay then the %d built-in ones", len(ps), ps[0].ID, len(def))
+	}
+	for i, p := range def {
+		if !reflect.DeepEqual(ps[i+1], p) {
+			t.Fatalf("prompt %d after the file is %q, want built-in %q", i+1, ps[i+1].ID, p.ID)
+		}
 	}
 }

@@ -69,7 +69,9 @@ Outputs in the output directory (default: MODEL_DIR, where tq convert --use-turb
 Calibration set (default: the built-in 32 prompts: tool calls, long documents, math), rendered
 through the model's own chat template with special tokens parsed as special and padded to
 multiples of --pad-multiple. --calibration-dataset takes prompt files (.txt, .jsonl, .json) or
-one token file written by tq tokenize.
+one token file written by tq tokenize; the name @builtin stands for the built-in set, so that
+it can be combined with text of the model's own domain (the error-compensating search fits the
+calibration text's statistics: docs/calibration.md, "Calibration set").
 
 An interrupted run resumes from its last finished block (checkpoint in OUT/.tq-calibrate).
 
@@ -83,6 +85,7 @@ exact (the statistics themselves are always taken in f32).`,
 		Example: `  tq calibrate ./Qwen3-0.6B
   tq calibrate ./Qwen3-30B-A3B --memory-budget 24G -o calib/
   tq calibrate ./Llama-3-8B --calibration-dataset prompts.jsonl --weight-dtype int8 --group-size 64
+  tq calibrate ./Qwen3-0.6B --calibration-dataset @builtin --calibration-dataset my-domain.jsonl
   tq calibrate ./Qwen3-0.6B --import-imatrix imatrix.gguf      # search only, llama.cpp statistics
   tq calibrate ./Qwen3-0.6B --export-imatrix imatrix.dat       # also write the legacy format`,
 		Args: cobra.ExactArgs(1),
@@ -92,7 +95,7 @@ exact (the statistics themselves are always taken in f32).`,
 	}
 	fl := cmd.Flags()
 	fl.StringVarP(&f.out, "output", "o", "", "output directory (default: MODEL_DIR)")
-	fl.StringArrayVar(&f.datasets, "calibration-dataset", nil, "prompt files (.txt, .jsonl, .json) or one tq token file (repeatable; default: the built-in set)")
+	fl.StringArrayVar(&f.datasets, "calibration-dataset", nil, "prompt files (.txt, .jsonl, .json) or one tq token file (repeatable; default: the built-in set, which @builtin names)")
 	fl.StringVar(&f.weightDType, "weight-dtype", calib.DefaultWeightDType, "weight type of the quantized layers: int4 or int8")
 	fl.IntVar(&f.groupSize, "group-size", calib.DefaultGroupSize, "weights per quantization group: 32, 64 or 128")
 	fl.BoolVar(&f.symmetric, "symmetric", true, "symmetric groups (--symmetric=false: int4 with a min per 32 weights, Q4_K/Q4_1)")
@@ -263,7 +266,11 @@ func calibrationSet(dir string, f *calibrateFlags, opts *calib.Options) error {
 	} else {
 		ps, err = prompts.LoadFiles(promptFiles...)
 		for _, p := range promptFiles {
-			opts.Datasets = append(opts.Datasets, filepath.Base(p))
+			name := filepath.Base(p)
+			if p == prompts.Builtin {
+				name = "tq built-in calibration set"
+			}
+			opts.Datasets = append(opts.Datasets, name)
 		}
 	}
 	if err != nil {
@@ -284,6 +291,9 @@ func calibrationSet(dir string, f *calibrateFlags, opts *calib.Options) error {
 // isTokenFile reports whether path starts with the token-file magic. A path that is not a
 // regular file is not opened (a FIFO would block); the prompt loader then reports it.
 func isTokenFile(path string) bool {
+	if path == prompts.Builtin {
+		return false
+	}
 	fh, _, err := boundedread.Open(path, "calibration dataset")
 	if err != nil {
 		return false

@@ -24,7 +24,7 @@ type calibTokenizeOptions struct {
 func addCalibTokenizeFlags(cmd *cobra.Command, o *calibTokenizeOptions) {
 	f := cmd.Flags()
 	f.StringVar(&o.out, "calibration-out", "", "write a calibration token file (docs/formats-tokfile.md) instead of printing ids")
-	f.StringSliceVar(&o.datasets, "calibration-dataset", nil, "prompt files (.txt, .jsonl, .json) instead of the built-in 32-prompt set")
+	f.StringSliceVar(&o.datasets, "calibration-dataset", nil, "prompt files (.txt, .jsonl, .json) instead of the built-in 32-prompt set (@builtin names it, to combine it with files)")
 	f.IntVar(&o.maxLength, "max-length", 4096, "truncate each calibration sequence to this many tokens")
 	f.IntVar(&o.padTo, "pad-to-multiple-of", 64, "pad each calibration sequence with the pad token to a multiple of this")
 }

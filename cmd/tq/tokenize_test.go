@@ -96,6 +96,21 @@ func TestTokenizeCalibrationOut(t *testing.T) {
 	if h := sha256.Sum256(b); sum.Hash != "sha256:"+hex.EncodeToString(h[:]) {
 		t.Errorf("calibration hash %s is not the file's SHA-256", sum.Hash)
 	}
+	// @builtin names the built-in set: alone it writes the same file, and a prompt file
+	// combined with it adds its sequence to the 32.
+	out2 := filepath.Join(dir, "builtin.tok")
+	tqCmd(t, "tokenize", hfDir, "--calibration-out", out2, "--max-length", "1024", "--calibration-dataset", "@builtin")
+	if b2, err := os.ReadFile(out2); err != nil || !bytes.Equal(b, b2) {
+		t.Errorf("--calibration-dataset @builtin wrote another file than the default (%v)", err)
+	}
+	extra := filepath.Join(dir, "extra.txt")
+	if err := os.WriteFile(extra, []byte("Explain how a bicycle's gears work.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tqCmd(t, "tokenize", hfDir, "--calibration-out", out2, "--max-length", "1024", "--calibration-dataset", "@builtin", "--calibration-dataset", extra)
+	if f2, err := tokfile.ReadFile(out2); err != nil || len(f2.Seqs) != 33 {
+		t.Errorf("@builtin and one file: %v, want 33 sequences", err)
+	}
 }
 
 // Control tokens are parsed by default, as llama-tokenize and transformers do;
