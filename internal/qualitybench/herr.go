@@ -19,9 +19,12 @@ import (
 // files: for every weight with an input Gram matrix H in the calibration (one per routed
 // expert where it has them), Σ_rows ΔW·H·ΔWᵀ / Σ_rows W·H·Wᵀ (ΔW the quantized file's weights
 // minus the reference's), summed over the layers per tensor role (the name without
-// "blk.N."), and the sum over the roles. It compares encoders of the same types on the
-// calibration's own statistics, where the KL divergence of a few thousand held-out positions
-// is too noisy to see differences of a few percent.
+// "blk.N."), and the sum over the roles. A Gated DeltaNet projection whose calibration has
+// per-head matrices is measured as tq convert encodes it (headHErr): its value-head rows
+// under those, reported apart from attn_qkv's query and key rows. It compares encoders of the
+// same types on the calibration's own statistics, where the KL divergence of a few thousand
+// held-out positions is too noisy to see differences of a few percent; given the Gram
+// matrices of other text (a calibration on it), it gives the error that text meets.
 func runHErr(args []string, w io.Writer) error {
 	fs := flag.NewFlagSet("herr", flag.ContinueOnError)
 	ref := fs.String("f16", "", "reference GGUF (the model's F16 conversion; required)")
@@ -119,6 +122,15 @@ func fileHErr(rm *gguf.Model, hs *calib.HessianSet, path string) (map[string]flo
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
+		role := blockPrefix.ReplaceAllString(t.Name, "")
+		if parts, err := headHErr(rm, hs, t.Name, w, wq, rows, hsAll); err != nil {
+			return nil, err
+		} else if parts != nil {
+			for r, v := range parts {
+				out[r] += v
+			}
+			continue
+		}
 		var num, den float64
 		for e, h := range hsAll {
 			a, b := hError(w[e*rows*n:(e+1)*rows*n], wq[e*rows*n:(e+1)*rows*n], rows, h)
@@ -126,8 +138,79 @@ func fileHErr(rm *gguf.Model, hs *calib.HessianSet, path string) (map[string]flo
 			den += b
 		}
 		if den > 0 {
-			out[blockPrefix.ReplaceAllString(t.Name, "")] += num / den
+			out[role] += num / den
 		}
+	}
+	return out, nil
+}
+
+// headRoles are the Gated DeltaNet tensors whose value-head rows tq convert encodes with the
+// calibration's per-head matrices (calib.HessianSet.HeadHessian), with their entries.
+var headRoles = map[string]string{"attn_qkv.weight": calib.VHeadsEntry, "attn_gate.weight": calib.GateHeadsEntry}
+
+// headSource is the part of calib.HessianSet that serves per-head matrices.
+type headSource interface {
+	HeadGroups(il int, entry string) int
+	HeadHessian(il int, entry string, h int) (g []float64, n int, ok bool, err error)
+}
+
+// headHErr measures a Gated DeltaNet projection the way tq convert encodes it, when the
+// calibration holds per-head matrices for it; it returns nil for every other tensor. ValueDim
+// is the row count of the block's attn_gate.
+func headHErr(rm *gguf.Model, hs headSource, name string, w, wq []float32, rows int, h []*calibH) (map[string]float64, error) {
+	role := blockPrefix.ReplaceAllString(name, "")
+	entry, ok := headRoles[role]
+	il := -1
+	if m := blockPrefix.FindString(name); ok && m != "" {
+		fmt.Sscanf(m, "blk.%d.", &il)
+	}
+	if il < 0 || len(h) != 1 || hs.HeadGroups(il, entry) <= 0 {
+		return nil, nil
+	}
+	gate, found := rm.Tensor(fmt.Sprintf("blk.%d.attn_gate.weight", il))
+	if !found || len(gate.Dims) != 2 {
+		return nil, nil
+	}
+	return headParts(hs, il, entry, role, w, wq, rows, int(gate.Dims[1]), h[0])
+}
+
+// headParts returns the errors of the rows of each group of value heads (the last vd rows)
+// under that group's matrix, summed over the groups, as role "(v heads)", and of the rows
+// before them (attn_qkv's query and key rows) under the plain matrix h, as role "(q, k rows)".
+func headParts(hs headSource, il int, entry, role string, w, wq []float32, rows, vd int, h *calibH) (map[string]float64, error) {
+	groups, n := hs.HeadGroups(il, entry), h.n
+	if len(w) < rows*n || len(wq) < rows*n {
+		return nil, fmt.Errorf("%s: %d rows of %d columns, %d and %d values", role, rows, n, len(w), len(wq))
+	}
+	if vd <= 0 || vd > rows || vd%groups != 0 {
+		return nil, fmt.Errorf("%s: %d value rows in %d head groups do not fit its %d rows", role, vd, groups, rows)
+	}
+	first, ds := rows-vd, vd/groups
+	out := map[string]float64{}
+	if first > 0 {
+		if num, den := hError(w[:first*n], wq[:first*n], first, h); den > 0 {
+			out[role+" (q, k rows)"] = num / den
+		}
+	}
+	var num, den float64
+	for g := 0; g < groups; g++ {
+		m, cols, ok, err := hs.HeadHessian(il, entry, g)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", role, err)
+		}
+		if !ok {
+			continue
+		}
+		if cols != n || len(m) != n*n {
+			return nil, fmt.Errorf("%s: head group %d's matrix has %d columns, the tensor %d", role, g, cols, n)
+		}
+		r0 := first + g*ds
+		a, b := hError(w[r0*n:(r0+ds)*n], wq[r0*n:(r0+ds)*n], ds, &calibH{n: n, stride: n, data: m})
+		num += a
+		den += b
+	}
+	if den > 0 {
+		out[role+" (v heads)"] = num / den
 	}
 	return out, nil
 }
