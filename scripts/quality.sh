@@ -11,8 +11,12 @@
 # 256: the models' training context), BUDGETS (more presets compared with the budget at their
 # size, default "q3_k_m q5_k_m"; empty for none), DATASET (calibration prompt files, space-separated, passed to
 # tq calibrate --calibration-dataset; default: the built-in set). A calibration already in
-# OUT_DIR/MODEL/calib (hessians/ present) is reused; delete it to recalibrate. Needs the
-# llama.cpp reference (make refs) and node.
+# OUT_DIR/MODEL/calib (hessians/ present) is reused; delete it to recalibrate. HERR (default
+# 1; 0 skips it) also calibrates on the held-out documents (OUT_DIR/MODEL/hocal, a measuring
+# instrument only: no file is converted with it) and writes OUT_DIR/MODEL/herr.txt, every
+# file's layer-wise error under the held-out text's Gram matrices (qualitybench herr;
+# docs/results.md, "under the held-out text's own Gram matrices"), which follows the KLD
+# without its noise. Needs the llama.cpp reference (make refs) and node.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-build/quality}
@@ -21,6 +25,7 @@ THREADS=${THREADS:-2}
 WINDOWS=${WINDOWS:-20}
 MAXLEN=${MAXLEN:-256}
 BUDGETS=${BUDGETS-"q3_k_m q5_k_m"}
+HERR=${HERR:-1}
 ds=()
 for f in ${DATASET:-}; do
   ds+=(--calibration-dataset "$f")
@@ -30,6 +35,9 @@ OUT=$(cd "$OUT" && pwd)
 go build -o "$OUT/tq" ./cmd/tq
 go build -o "$OUT/qualitybench" ./internal/qualitybench
 TQ=$OUT/tq
+if [ "$HERR" = 1 ]; then
+  python3 testdata/trained/calib_set.py "$OUT/heldout.jsonl" --heldout >&2
+fi
 for m in $MODELS; do
   d=testdata/trained/$m
   o=$OUT/$m
@@ -68,4 +76,12 @@ for t in json.load(sys.stdin)["tensors"]:
   "$OUT/qualitybench" kld --f16 "$o/f16.gguf" --baseline llamacpp-q4km.gguf --windows "$WINDOWS" --threads "$THREADS" \
     --json-out "$o/kld.json" "$o/llamacpp-q4km.gguf" "$o/tq-q4km.gguf" "$o/tq-bpw.gguf" \
     "$o/llamacpp-turbomix.gguf" "$o/tq-turbo.gguf" "${extra[@]}" | tee "$o/kld.txt"
+  if [ "$HERR" = 1 ]; then
+    if [ ! -f "$o/hocal/hessians/index.json" ]; then
+      "$TQ" calibrate "$d" -o "$o/hocal" --max-length "$MAXLEN" --threads "$THREADS" \
+        --calibration-dataset "$OUT/heldout.jsonl" --sensitivity-tokens 0 >&2
+    fi
+    "$OUT/qualitybench" herr --f16 "$o/f16.gguf" --calibration "$o/hocal" "$o/llamacpp-q4km.gguf" \
+      "$o/tq-q4km.gguf" "$o/tq-bpw.gguf" "$o/llamacpp-turbomix.gguf" "$o/tq-turbo.gguf" "${extra[@]}" | tee "$o/herr.txt"
+  fi
 done
