@@ -162,7 +162,7 @@ func loadFile(p string) ([]Prompt, error) {
 	case ".jsonl":
 		return loadJSONL(p, stem)
 	}
-	return nil, fmt.Errorf("prompts: %s: unsupported extension (want .txt, .json or .jsonl)", p)
+	return nil, fmt.Errorf("prompts: %s: unsupported extension (want .txt, .json or .jsonl, or %s for the built-in set)", p, Builtin)
 }
 
 func loadJSONL(p, stem string) ([]Prompt, error) {
