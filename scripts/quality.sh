@@ -15,8 +15,8 @@
 # 1; 0 skips it) also calibrates on the held-out documents (OUT_DIR/MODEL/hocal, a measuring
 # instrument only: no file is converted with it) and writes OUT_DIR/MODEL/herr.txt, every
 # file's layer-wise error under the held-out text's Gram matrices (qualitybench herr;
-# docs/results.md, "under the held-out text's own Gram matrices"), which follows the KLD
-# without its noise. Needs the llama.cpp reference (make refs) and node.
+# docs/results.md, "under the held-out text's own Gram matrices"): deterministic, and close to
+# the KLD ratios except on the hybrid. Needs the llama.cpp reference (make refs) and node.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-build/quality}

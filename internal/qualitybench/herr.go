@@ -155,8 +155,8 @@ type headSource interface {
 }
 
 // headHErr measures a Gated DeltaNet projection the way tq convert encodes it, when the
-// calibration holds per-head matrices for it; it returns nil for every other tensor. ValueDim
-// is the row count of the block's attn_gate.
+// calibration holds per-head matrices for it (headParts, with ValueDim the row count of the
+// block's attn_gate); it returns nil for every other tensor.
 func headHErr(rm *gguf.Model, hs headSource, name string, w, wq []float32, rows int, h []*calibH) (map[string]float64, error) {
 	role := blockPrefix.ReplaceAllString(name, "")
 	entry, ok := headRoles[role]
@@ -182,7 +182,7 @@ func headParts(hs headSource, il int, entry, role string, w, wq []float32, rows,
 	if len(w) < rows*n || len(wq) < rows*n {
 		return nil, fmt.Errorf("%s: %d rows of %d columns, %d and %d values", role, rows, n, len(w), len(wq))
 	}
-	if vd <= 0 || vd > rows || vd%groups != 0 {
+	if groups <= 0 || vd <= 0 || vd > rows || vd%groups != 0 {
 		return nil, fmt.Errorf("%s: %d value rows in %d head groups do not fit its %d rows", role, vd, groups, rows)
 	}
 	first, ds := rows-vd, vd/groups

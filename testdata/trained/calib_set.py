@@ -12,8 +12,8 @@ evenly over it (documents shorter than one piece are skipped), until COUNT piece
 With --heldout it writes the held-out documents instead (data/heldout.json, no python3.11-doc
 needed), cut into consecutive pieces of --piece characters: a measuring instrument only. tq
 calibrate on it gives the Gram matrices of the evaluation text, under which qualitybench herr
-predicts the KLD ratios (docs/results.md); a file converted with them would have seen the text
-it is evaluated on.
+measures the error that text meets (docs/results.md); a file converted with them would have
+seen the text it is evaluated on.
 
 Usage (Debian 12, python3.11-doc 3.11.2-6+deb12u9):
   python3 testdata/trained/calib_set.py OUT.jsonl [--count 512] [--pieces 4]
