@@ -233,6 +233,9 @@ func modelContextLength(dir string) int {
 	return int(min(n, 1<<30))
 }
 
+// builtinDatasetName is the dataset name the outputs record for the built-in prompts.
+const builtinDatasetName = "tq built-in calibration set"
+
 // calibrationSet tokenizes the calibration prompts (or reads a token file) into opts.
 func calibrationSet(dir string, f *calibrateFlags, opts *calib.Options) error {
 	tok, err := tokenizer.LoadHF(dir)
@@ -262,13 +265,13 @@ func calibrationSet(dir string, f *calibrateFlags, opts *calib.Options) error {
 	var ps []prompts.Prompt
 	if len(promptFiles) == 0 {
 		ps, err = prompts.Default()
-		opts.Datasets = []string{"tq built-in calibration set"}
+		opts.Datasets = []string{builtinDatasetName}
 	} else {
 		ps, err = prompts.LoadFiles(promptFiles...)
 		for _, p := range promptFiles {
 			name := filepath.Base(p)
 			if p == prompts.Builtin {
-				name = "tq built-in calibration set"
+				name = builtinDatasetName
 			}
 			opts.Datasets = append(opts.Datasets, name)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tq-project/tq/calib"
 	"github.com/tq-project/tq/gguf"
+	"github.com/tq-project/tq/internal/convert/policy"
 	"github.com/tq-project/tq/quant"
 )
 
@@ -160,11 +161,8 @@ type headSource interface {
 func headHErr(rm *gguf.Model, hs headSource, name string, w, wq []float32, rows int, h []*calibH) (map[string]float64, error) {
 	role := blockPrefix.ReplaceAllString(name, "")
 	entry, ok := headRoles[role]
-	il := -1
-	if m := blockPrefix.FindString(name); ok && m != "" {
-		fmt.Sscanf(m, "blk.%d.", &il)
-	}
-	if il < 0 || len(h) != 1 || hs.HeadGroups(il, entry) <= 0 {
+	il := policy.LayerOf(name)
+	if !ok || il < 0 || len(h) != 1 || hs.HeadGroups(il, entry) <= 0 {
 		return nil, nil
 	}
 	gate, found := rm.Tensor(fmt.Sprintf("blk.%d.attn_gate.weight", il))
