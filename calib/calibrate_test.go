@@ -271,8 +271,9 @@ func (r *rowRecorder) Linear(name string, _ int, x []float32, n, cols int) {
 
 func (r *rowRecorder) Route(int, []int32, []float32, int, int) {}
 
-// TestCalibrateAMXAgrees runs the calibration forward with the AMX GEMM (where the machine has
-// it) and without, and requires the statistics and Gram matrices to agree to float32 rounding
+// TestCalibrateAMXAgrees runs the exact calibration forward (ExactForward: on a CPU with
+// AVX512-BF16 the default without AMX would round the activations) with the AMX GEMM (where
+// the machine has it) and without, and requires the statistics and Gram matrices to agree to float32 rounding
 // carried through the layers: relative 1e-3 for Σx², max |x| and every Gram entry (against
 // the largest diagonal entry of its matrix). The two orders of summation differ by a few units
 // of 2⁻²⁴ per product (TestSgemmHalfAMX), which each layer passes on to the next and which
@@ -286,7 +287,7 @@ func TestCalibrateAMXAgrees(t *testing.T) {
 		t.Run(arch, func(t *testing.T) {
 			dir := genModel(t, fixtures.Preset(arch))
 			seqs := randSeqs(7, 4, vocabOf(t, dir), 40, 150, 64)
-			o := Options{Sequences: seqs, Threads: 2, UncoveredSample: -1, NoBaseline: true, NoSensitivity: true, SensitivityTokens: -1}
+			o := Options{Sequences: seqs, Threads: 2, UncoveredSample: -1, NoBaseline: true, NoSensitivity: true, SensitivityTokens: -1, ExactForward: true}
 			kernels.SetAMX(false)
 			off := calibrate(t, dir, o)
 			kernels.SetAMX(true)
