@@ -17,6 +17,13 @@ import (
 //go:noescape
 func amxKernel32x32BF16(ks int, a0, a1 *uint16, b *uint32, c *float32, ldc int, acc bool, cfg *byte)
 
+// amxKernel32x32BF16R is amxKernel32x32BF16 for rounded rows (dpbf16.go's RoundedRows
+// layout): a points at row 0 of the 32 rows at the first step, rows lda bytes apart, one bf16
+// per value (64 bytes per step).
+//
+//go:noescape
+func amxKernel32x32BF16R(ks int, a *byte, lda int, b *uint32, c *float32, ldc int, acc bool, cfg *byte)
+
 var amxOnce struct {
 	sync.Once
 	ok bool

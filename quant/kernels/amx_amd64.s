@@ -74,3 +74,60 @@ loop:
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x5c; BYTE $0x17; BYTE $0x40 // tilestored %tmm3, 64(%rdi,%rdx,1)
 	BYTE $0xc4; BYTE $0xe2; BYTE $0x78; BYTE $0x49; BYTE $0xc0 // tilerelease
 	RET
+
+// func amxKernel32x32BF16R(ks int, a *byte, lda int, b *uint32, c *float32, ldc int, acc bool, cfg *byte)
+TEXT ·amxKernel32x32BF16R(SB), NOSPLIT, $0-64
+	MOVQ cfg+56(FP), AX
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x78; BYTE $0x49; BYTE $0x00 // ldtilecfg (%rax)
+	MOVQ c+32(FP), SI
+	MOVQ ldc+40(FP), DX
+	MOVQ DX, DI
+	SHLQ $4, DI
+	ADDQ SI, DI
+	MOVBQZX acc+48(FP), AX
+	TESTQ AX, AX
+	JZ rzero
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x04; BYTE $0x16 // tileloadd (%rsi,%rdx,1), %tmm0
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x4c; BYTE $0x16; BYTE $0x40 // tileloadd 64(%rsi,%rdx,1), %tmm1
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x14; BYTE $0x17 // tileloadd (%rdi,%rdx,1), %tmm2
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x5c; BYTE $0x17; BYTE $0x40 // tileloadd 64(%rdi,%rdx,1), %tmm3
+	JMP rstart
+rzero:
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc0 // tilezero %tmm0
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xc8 // tilezero %tmm1
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xd0 // tilezero %tmm2
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x49; BYTE $0xd8 // tilezero %tmm3
+rstart:
+	MOVQ ks+0(FP), R8
+	MOVQ a+8(FP), SI
+	MOVQ lda+16(FP), DX
+	MOVQ DX, DI
+	SHLQ $4, DI
+	ADDQ SI, DI
+	MOVQ b+24(FP), BX
+	MOVQ $64, CX
+rloop:
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x24; BYTE $0x0b // tileloadd (%rbx,%rcx,1), %tmm4
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0xac; BYTE $0x0b; BYTE $0x00; BYTE $0x04; BYTE $0x00; BYTE $0x00 // tileloadd 1024(%rbx,%rcx,1), %tmm5
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x34; BYTE $0x16 // tileloadd (%rsi,%rdx,1), %tmm6
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7b; BYTE $0x4b; BYTE $0x3c; BYTE $0x17 // tileloadd (%rdi,%rdx,1), %tmm7
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x5a; BYTE $0x5c; BYTE $0xc6 // tdpbf16ps %tmm4, %tmm6, %tmm0
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x52; BYTE $0x5c; BYTE $0xce // tdpbf16ps %tmm5, %tmm6, %tmm1
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x5a; BYTE $0x5c; BYTE $0xd7 // tdpbf16ps %tmm4, %tmm7, %tmm2
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x52; BYTE $0x5c; BYTE $0xdf // tdpbf16ps %tmm5, %tmm7, %tmm3
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $2048, BX
+	DECQ R8
+	JNZ rloop
+	MOVQ c+32(FP), SI
+	MOVQ ldc+40(FP), DX
+	MOVQ DX, DI
+	SHLQ $4, DI
+	ADDQ SI, DI
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x04; BYTE $0x16 // tilestored %tmm0, (%rsi,%rdx,1)
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x4c; BYTE $0x16; BYTE $0x40 // tilestored %tmm1, 64(%rsi,%rdx,1)
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x14; BYTE $0x17 // tilestored %tmm2, (%rdi,%rdx,1)
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x7a; BYTE $0x4b; BYTE $0x5c; BYTE $0x17; BYTE $0x40 // tilestored %tmm3, 64(%rdi,%rdx,1)
+	BYTE $0xc4; BYTE $0xe2; BYTE $0x78; BYTE $0x49; BYTE $0xc0 // tilerelease
+	RET

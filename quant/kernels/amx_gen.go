@@ -1,6 +1,6 @@
 //go:build ignore
 
-// amx_gen writes amx_amd64.s, the AMX-BF16 block kernel (go generate, amx.go):
+// amx_gen writes amx_amd64.s, the AMX-BF16 block kernels (go generate, amx.go):
 //
 //	go run amx_gen.go
 //
@@ -156,8 +156,58 @@ func main() {
 	cTiles(tilestore)
 	raw("tilerelease", append(vex(0, 0), 0x49, 0xc0)...)
 	line("\tRET")
+	rounded()
 	if err := os.WriteFile("amx_amd64.s", []byte(out.String()), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+}
+
+// rounded writes amxKernel32x32BF16R: the same 32×32 block with A one bf16 value per
+// activation (rows rounded to bf16, RoundedRows' layout: each row's steps contiguous, rows lda
+// bytes apart, so a tile of 16 rows is loaded with stride lda): per step the two B tiles, one
+// A tile per row half and four products.
+func rounded() {
+	line("")
+	line("// func amxKernel32x32BF16R(ks int, a *byte, lda int, b *uint32, c *float32, ldc int, acc bool, cfg *byte)")
+	line("TEXT ·amxKernel32x32BF16R(SB), NOSPLIT, $0-64")
+	line("\tMOVQ cfg+56(FP), AX")
+	raw("ldtilecfg (%rax)", append(vex(0, 0), 0x49, 0x00)...)
+	cRows()
+	line("\tMOVBQZX acc+48(FP), AX")
+	line("\tTESTQ AX, AX")
+	line("\tJZ rzero")
+	cTiles(tileload)
+	line("\tJMP rstart")
+	line("rzero:")
+	for t := byte(0); t < 4; t++ {
+		tilezero(t)
+	}
+	line("rstart:")
+	line("\tMOVQ ks+0(FP), R8")
+	line("\tMOVQ a+8(FP), SI")
+	line("\tMOVQ lda+16(FP), DX")
+	line("\tMOVQ DX, DI")
+	line("\tSHLQ $4, DI")
+	line("\tADDQ SI, DI")
+	line("\tMOVQ b+24(FP), BX")
+	line("\tMOVQ $64, CX")
+	line("rloop:")
+	tileload(4, "BX", "CX", 0)
+	tileload(5, "BX", "CX", 1024)
+	tileload(6, "SI", "DX", 0)
+	tileload(7, "DI", "DX", 0)
+	tdp(0, 6, 4)
+	tdp(1, 6, 5)
+	tdp(2, 7, 4)
+	tdp(3, 7, 5)
+	line("\tADDQ $64, SI")
+	line("\tADDQ $64, DI")
+	line("\tADDQ $2048, BX")
+	line("\tDECQ R8")
+	line("\tJNZ rloop")
+	cRows()
+	cTiles(tilestore)
+	raw("tilerelease", append(vex(0, 0), 0x49, 0xc0)...)
+	line("\tRET")
 }

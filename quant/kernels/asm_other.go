@@ -112,6 +112,9 @@ func haveAMX() bool { return false }
 func amxKernel32x32BF16(ks int, a0, a1 *uint16, b *uint32, c *float32, ldc int, acc bool, cfg *byte) {
 	panic(noAsm)
 }
+func amxKernel32x32BF16R(ks int, a *byte, lda int, b *uint32, c *float32, ldc int, acc bool, cfg *byte) {
+	panic(noAsm)
+}
 func splitBF16x3AVX512(dst *uint16, src *float32, steps int)         { panic(noAsm) }
 func packTilesBF16AVX512(dst *uint32, src *byte, ldb int, steps int) { panic(noAsm) }
 

@@ -55,17 +55,25 @@ func (s *RoundedRows) ld() int { return amxSteps(s.k) * amxK }
 
 // RoundedRowsBytes is the memory a RoundedRows of m rows of k values holds.
 func RoundedRowsBytes(m, k int) int64 {
-	return 2 * int64((m+dpRows-1)/dpRows*dpRows) * int64(amxSteps(k)*amxK)
+	return 2 * int64(roundedRowsAlloc(m)) * int64(amxSteps(k)*amxK)
 }
 
 // Rows is the number of rows s holds (Reset's m).
 func (s *RoundedRows) Rows() int { return s.m }
 
+// roundedPadRows is the zero rows RoundedRows keeps past its last block of dpRows: the AMX
+// kernel (SgemmRoundedPacked on AMX) reads 32 rows from each multiple of 32 of a view, which
+// for a view ending at the last row reaches up to 31 rows past it (their results are dropped).
+const roundedPadRows = 32
+
+// roundedRowsAlloc is the rows RoundedRows allocates for m rows.
+func roundedRowsAlloc(m int) int { return (m+dpRows-1)/dpRows*dpRows + roundedPadRows }
+
 // Reset sizes s for m rows of k values (reusing its memory); the rows are then filled by Set,
 // possibly from several goroutines over disjoint row ranges.
 func (s *RoundedRows) Reset(m, k int) {
 	s.m, s.k = m, k
-	n := 2 * (m + dpRows - 1) / dpRows * dpRows * s.ld()
+	n := 2 * roundedRowsAlloc(m) * s.ld()
 	if cap(s.h) < n {
 		s.h = make([]byte, n)
 	}
@@ -196,12 +204,19 @@ func (s *RoundedRows) PackB(r0, n int, dst []uint32) []uint32 {
 	return dst
 }
 
+// UsingRoundedPacked reports whether SgemmRoundedPacked runs: on AMX tiles (UsingAMX) or with
+// AVX512-BF16 (UsingBF16DP).
+func UsingRoundedPacked() bool { return UsingAMX() || UsingBF16DP() }
+
 // SgemmRoundedPacked computes C[0:m, 0:n] (+)= A·Bᵀ with A the rounded rows a (m = a.Rows())
 // and B n rows of the same k packed by PackB: the float32 sums of the exact products of the
-// bf16 values. It needs the AVX512-BF16 path (UsingBF16DP).
+// bf16 values. It runs on AMX tiles where UsingAMX holds (TDPBF16PS, 32×32 blocks of C), else
+// with AVX512-BF16 (UsingBF16DP; the VDPBF16PS kernel, whose bits SgemmHalfRounded gives too);
+// the two add the same products in different orders, so they agree to float32 rounding, not
+// bit for bit. It needs one of them (UsingRoundedPacked).
 func SgemmRoundedPacked(a *RoundedRows, bp []uint32, n int, c []float32, ldc int, accumulate bool) error {
-	if !UsingBF16DP() {
-		return fmt.Errorf("kernels: SgemmRoundedPacked: the AVX512-BF16 path is not in use")
+	if !UsingRoundedPacked() {
+		return fmt.Errorf("kernels: SgemmRoundedPacked: neither the AMX nor the AVX512-BF16 path is in use")
 	}
 	m := a.m
 	if n < 0 || len(bp) < amxPackedLen(n, a.k) || ldc < max(1, n) || !fitsMatrix(m, n, ldc, len(c)) {
@@ -218,6 +233,52 @@ func SgemmRoundedPacked(a *RoundedRows, bp []uint32, n int, c []float32, ldc int
 		}
 		return nil
 	}
+	if UsingAMX() {
+		sgemmAMXRounded(a, n, bp, c, ldc, accumulate, amxKernelRAsm)
+		return nil
+	}
 	sgemmDP(a, n, bp, c, ldc, accumulate, dpKernelAsm)
 	return nil
+}
+
+// sgemmAMXRounded computes C[0:m, 0:n] (+)= A·Bᵀ from the rounded rows s and B packed by
+// packBF16AMX (n columns) on AMX tiles, sgemmAMX's blocking with one bf16 per value: for each
+// pass of amxKC steps, every 32×32 block; kern is the block kernel (amxKernelRAsm, or a Go
+// twin in tests). A block of fewer than 32 rows reads the rows after it (the padding rows,
+// roundedPadRows, at the end) and drops their results.
+func sgemmAMXRounded(s *RoundedRows, n int, bp []uint32, c []float32, ldc int, accumulate bool,
+	kern func(ks int, a []byte, lda int, b []uint32, c []float32, ldc int, acc bool)) {
+	m, ks, ld := s.m, amxSteps(s.k), s.ld()
+	var tmp [32 * 32]float32
+	for p0 := 0; p0 < ks; p0 += amxKC {
+		kc := min(amxKC, ks-p0)
+		acc := accumulate || p0 > 0
+		for i0 := 0; i0 < m; i0 += 32 {
+			a := s.h[2*(i0*ld+p0*amxK):]
+			rows := min(32, m-i0)
+			for j0 := 0; j0 < n; j0 += 32 {
+				b := bp[(j0/32*ks+p0)*amxWordsPerStep:]
+				cols := min(32, n-j0)
+				if rows == 32 && cols == 32 {
+					kern(kc, a, ld, b, c[i0*ldc+j0:], ldc, acc)
+					continue
+				}
+				blk := edgeIn(tmp[:], rows, cols, c[i0*ldc+j0:], ldc, acc)
+				kern(kc, a, ld, b, blk, 32, acc)
+				edgeOut(blk, rows, cols, c[i0*ldc+j0:], ldc)
+			}
+		}
+	}
+}
+
+// amxKernelRAsm runs the assembly block kernel for rounded rows (32 rows of a, lda bf16 values
+// apart, and of c; ks steps).
+func amxKernelRAsm(ks int, a []byte, lda int, b []uint32, c []float32, ldc int, acc bool) {
+	if !haveAMX() {
+		panic("kernels: the AMX kernel called on a machine or process without AMX")
+	}
+	_ = a[2*(31*lda+ks*amxK)-1]
+	_ = b[ks*amxWordsPerStep-1]
+	_ = c[31*ldc+31]
+	amxKernel32x32BF16R(ks, &a[0], 2*lda, &b[0], &c[0], 4*ldc, acc, &amxConfig[0])
 }

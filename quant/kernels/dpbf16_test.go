@@ -74,14 +74,14 @@ func TestRoundBF16(t *testing.T) {
 }
 
 // dpCase multiplies a (m×k, float32, rounded to bf16) with b (n×k, bf16) into c0's copy with
-// the block kernel kern and checks every entry against the float64 product of the rounded
+// gemm (sgemmDP or sgemmAMXRounded with a block kernel: viaDP, viaAMX) and checks every entry against the float64 product of the rounded
 // activations: exactly when exact is set (one-hot weights), else within (k+2)·2⁻²⁴·(Σ|a·b| +
 // |c0|), a float32 sum of k exact products (and C) added in any order. It returns the largest
 // error in units of 2⁻²⁴·(Σ|a·b| + |c0|).
 func dpCase(t *testing.T, name string, m, n, k int, a []float32, b []byte, c0 []float32, acc, exact bool,
-	kern func(ks int, a []byte, lda int, b []uint32, c []float32, ldc int, acc bool)) float64 {
+	gemm roundedGemm) float64 {
 	t.Helper()
-	c := dpProduct(m, n, k, a, b, c0, acc, kern)
+	c := dpProduct(m, n, k, a, b, c0, acc, gemm)
 	worst := 0.0
 	for i := 0; i < m; i++ {
 		for j := 0; j < n; j++ {
@@ -114,10 +114,38 @@ func dpCase(t *testing.T, name string, m, n, k int, a []float32, b []byte, c0 []
 	return worst
 }
 
-// dpProduct is c0's copy (+)= a·bᵀ through RoundedRows, packBF16AMX and sgemmDP with the block
-// kernel kern (a m×k float32, b n×k bf16).
-func dpProduct(m, n, k int, a []float32, b []byte, c0 []float32, acc bool,
-	kern func(ks int, a []byte, lda int, b []uint32, c []float32, ldc int, acc bool)) []float32 {
+// roundedGemm is a product of rounded rows with a packed B: sgemmDP or sgemmAMXRounded with a
+// block kernel.
+type roundedGemm func(s *RoundedRows, n int, bp []uint32, c []float32, ldc int, acc bool)
+
+// roundedKernel is the signature of the rounded rows' block kernels (8 rows for sgemmDP, 32 for
+// sgemmAMXRounded).
+type roundedKernel = func(ks int, a []byte, lda int, b []uint32, c []float32, ldc int, acc bool)
+
+func viaDP(kern roundedKernel) roundedGemm {
+	return func(s *RoundedRows, n int, bp []uint32, c []float32, ldc int, acc bool) {
+		sgemmDP(s, n, bp, c, ldc, acc, kern)
+	}
+}
+
+func viaAMX(kern roundedKernel) roundedGemm {
+	return func(s *RoundedRows, n int, bp []uint32, c []float32, ldc int, acc bool) {
+		sgemmAMXRounded(s, n, bp, c, ldc, acc, kern)
+	}
+}
+
+// amxKernelRGo is amxKernel32x32BF16R in Go for the tests: dpKernelGo on each group of 8 of
+// its 32 rows (the same products, in the documented order of VDPBF16PS rather than the tile
+// unit's, so tests compare both with float64).
+func amxKernelRGo(ks int, a []byte, lda int, b []uint32, c []float32, ldc int, acc bool) {
+	for g := 0; g < 32/dpRows; g++ {
+		dpKernelGo(ks, a[2*g*dpRows*lda:], lda, b, c[g*dpRows*ldc:], ldc, acc)
+	}
+}
+
+// dpProduct is c0's copy (+)= a·bᵀ through RoundedRows, packBF16AMX and gemm (a m×k float32,
+// b n×k bf16).
+func dpProduct(m, n, k int, a []float32, b []byte, c0 []float32, acc bool, gemm roundedGemm) []float32 {
 	var s RoundedRows
 	s.Reset(m, k)
 	for i := range s.h {
@@ -128,22 +156,25 @@ func dpProduct(m, n, k int, a []float32, b []byte, c0 []float32, acc bool,
 	pk := make([]uint32, amxPackedLen(n, k))
 	packBF16AMX(pk, b, k, n, k)
 	c := append([]float32(nil), c0...)
-	sgemmDP(&s, n, pk, c, n, acc, kern)
+	gemm(&s, n, pk, c, n, acc)
 	return c
 }
 
 // dpShapes have row, column and k tails (odd k too), and k over several passes (dpKC steps).
 var dpShapes = [][3]int{{8, 32, 32}, {64, 64, 320}, {37, 45, 77}, {5, 3, 1}, {100, 70, 600}, {33, 96, 1030}, {16, 40, 64}, {9, 33, 31}}
 
-// TestSgemmDPGo runs the block kernel's Go twin through sgemmDP on every machine: the rounding,
-// the row layout, the packing and the blocking against float64.
+// TestSgemmDPGo runs the block kernels' Go twins through sgemmDP and sgemmAMXRounded on every
+// machine: the rounding, the row layout (and the AMX blocks' reads past a view's rows), the
+// packing and the blocking against float64.
 func TestSgemmDPGo(t *testing.T) {
 	for si, sh := range dpShapes {
 		m, n, k := sh[0], sh[1], sh[2]
 		a, b, c0 := amxOperands(uint64(si)+60, m, n, k)
 		for _, acc := range []bool{false, true} {
-			dpCase(t, "go", m, n, k, a, b, c0, acc, false, dpKernelGo)
-			dpCase(t, "go one-hot", m, n, k, a, oneHot(uint64(si), n, k), c0, false, true, dpKernelGo)
+			dpCase(t, "go", m, n, k, a, b, c0, acc, false, viaDP(dpKernelGo))
+			dpCase(t, "go one-hot", m, n, k, a, oneHot(uint64(si), n, k), c0, false, true, viaDP(dpKernelGo))
+			dpCase(t, "amx go", m, n, k, a, b, c0, acc, false, viaAMX(amxKernelRGo))
+			dpCase(t, "amx go one-hot", m, n, k, a, oneHot(uint64(si), n, k), c0, false, true, viaAMX(amxKernelRGo))
 		}
 	}
 }
@@ -160,10 +191,10 @@ func TestSgemmHalfRounded(t *testing.T) {
 		m, n, k := sh[0], sh[1], sh[2]
 		a, b, c0 := amxOperands(uint64(si)+60, m, n, k)
 		for _, acc := range []bool{false, true} {
-			worst = max(worst, dpCase(t, "asm", m, n, k, a, b, c0, acc, false, dpKernelAsm))
-			dpCase(t, "asm one-hot", m, n, k, a, oneHot(uint64(si), n, k), c0, false, true, dpKernelAsm)
+			worst = max(worst, dpCase(t, "asm", m, n, k, a, b, c0, acc, false, viaDP(dpKernelAsm)))
+			dpCase(t, "asm one-hot", m, n, k, a, oneHot(uint64(si), n, k), c0, false, true, viaDP(dpKernelAsm))
 
-			want := dpProduct(m, n, k, a, b, c0, acc, dpKernelAsm)
+			want := dpProduct(m, n, k, a, b, c0, acc, viaDP(dpKernelAsm))
 			var s RoundedRows
 			s.Reset(m, k)
 			s.Set(0, m, a, k)
@@ -260,40 +291,92 @@ func TestRoundedRowsSet(t *testing.T) {
 	})
 }
 
-// TestSgemmRoundedPacked checks the product of rounded rows with themselves (a Gram matrix's
-// tiles: View for A, PackB for B) against SgemmHalfRounded given the same rows' bf16 values as
-// B, bit for bit, on blocks with row, column and k tails; and the argument checks.
-func TestSgemmRoundedPacked(t *testing.T) {
-	if !HasBF16DP() {
-		t.Skip("no AVX512-BF16 on this machine: the VDPBF16PS kernel is not tested here")
+// TestSgemmAMXRounded checks the AMX block kernel for rounded rows where the machine has AMX:
+// against float64 (bounded, and exact on one-hot weights), through sgemmAMXRounded.
+func TestSgemmAMXRounded(t *testing.T) {
+	if !HasAMX() {
+		t.Skip("no AMX-BF16 on this machine (or the OS does not grant it): the rounded rows' AMX kernel is not tested here; TestSgemmDPGo covers its layouts")
 	}
-	for _, sh := range [][2]int{{100, 77}, {64, 512}, {300, 33}, {9, 1}} {
+	worst := 0.0
+	for si, sh := range dpShapes {
+		m, n, k := sh[0], sh[1], sh[2]
+		a, b, c0 := amxOperands(uint64(si)+60, m, n, k)
+		for _, acc := range []bool{false, true} {
+			worst = max(worst, dpCase(t, "amx", m, n, k, a, b, c0, acc, false, viaAMX(amxKernelRAsm)))
+			dpCase(t, "amx one-hot", m, n, k, a, oneHot(uint64(si), n, k), c0, false, true, viaAMX(amxKernelRAsm))
+		}
+	}
+	t.Logf("largest error of the AMX kernel on rounded rows: %.2f units of 2⁻²⁴·Σ|ab| (bound k+2)", worst)
+}
+
+// TestSgemmRoundedPacked checks the product of rounded rows with themselves (a Gram matrix's
+// tiles: View for A, PackB for B), on blocks with row, column and k tails: on the AVX512-BF16
+// path against SgemmHalfRounded given the same rows' bf16 values as B, bit for bit; on AMX
+// (where the machine has it) against the float64 products of the same bf16 values within
+// (k+2)·2⁻²⁴·Σ|ab|; and the argument checks.
+func TestSgemmRoundedPacked(t *testing.T) {
+	if !HasBF16DP() && !HasAMX() {
+		t.Skip("neither AVX512-BF16 nor AMX on this machine: SgemmRoundedPacked's kernels are not tested here; TestSgemmDPGo covers their layouts")
+	}
+	defer SetAMX(true)
+	for _, sh := range [][2]int{{100, 77}, {64, 512}, {300, 33}, {9, 1}, {272, 600}} {
 		rows, k := sh[0], sh[1]
 		a, _, _ := amxOperands(uint64(rows), rows, 1, k)
 		var s RoundedRows
 		s.Reset(rows, k)
 		s.Set(0, rows, a, k)
-		for _, blk := range [][4]int{{0, rows, 0, rows}, {8, min(rows-8, 40), 3, min(rows-3, 61)}, {0, min(rows, 8), rows - 1, 1}} {
+		bf := func(r, p int) float64 {
+			h := uint16(s.h[2*(r*s.ld()+p)]) | uint16(s.h[2*(r*s.ld()+p)+1])<<8
+			return float64(math.Float32frombits(uint32(h) << 16))
+		}
+		for _, blk := range [][4]int{{0, rows, 0, rows}, {8, min(rows-8, 40), 3, min(rows-3, 61)}, {0, min(rows, 8), rows - 1, 1}, {rows / 16 * 8, rows - rows/16*8, 0, min(rows, 45)}} {
 			i0, m, j0, n := blk[0], blk[1], blk[2], blk[3]
 			if m <= 0 || n <= 0 {
 				continue
 			}
-			b := make([]byte, 2*n*k) // rows j0.. of s as a bf16 B
-			for j := 0; j < n; j++ {
-				copy(b[2*j*k:2*(j+1)*k], s.h[2*(j0+j)*s.ld():])
-			}
 			v := s.View(i0, m)
-			want := make([]float32, m*n)
-			if _, err := SgemmHalfRounded(&v, n, b, k, want, n, false, nil); err != nil {
-				t.Fatal(err)
+			if HasBF16DP() {
+				b := make([]byte, 2*n*k) // rows j0.. of s as a bf16 B
+				for j := 0; j < n; j++ {
+					copy(b[2*j*k:2*(j+1)*k], s.h[2*(j0+j)*s.ld():])
+				}
+				SetAMX(false)
+				want := make([]float32, m*n)
+				if _, err := SgemmHalfRounded(&v, n, b, k, want, n, false, nil); err != nil {
+					t.Fatal(err)
+				}
+				got := make([]float32, m*n)
+				if err := SgemmRoundedPacked(&v, s.PackB(j0, n, nil), n, got, n, false); err != nil {
+					t.Fatal(err)
+				}
+				SetAMX(true)
+				for i := range want {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%d×%d block (%d, %d, %d, %d): C[%d] = %g, SgemmHalfRounded %g", rows, k, i0, m, j0, n, i, got[i], want[i])
+					}
+				}
 			}
-			got := make([]float32, m*n)
-			if err := SgemmRoundedPacked(&v, s.PackB(j0, n, nil), n, got, n, false); err != nil {
-				t.Fatal(err)
-			}
-			for i := range want {
-				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-					t.Fatalf("%d×%d block (%d, %d, %d, %d): C[%d] = %g, SgemmHalfRounded %g", rows, k, i0, m, j0, n, i, got[i], want[i])
+			if HasAMX() {
+				c0 := make([]float32, m*n)
+				for i := range c0 {
+					c0[i] = float32(i%7) - 3
+				}
+				got := append([]float32(nil), c0...)
+				if err := SgemmRoundedPacked(&v, s.PackB(j0, n, nil), n, got, n, true); err != nil {
+					t.Fatal(err)
+				}
+				for i := 0; i < m; i++ {
+					for j := 0; j < n; j++ {
+						ref, mag := float64(c0[i*n+j]), math.Abs(float64(c0[i*n+j]))
+						for p := 0; p < k; p++ {
+							x := bf(i0+i, p) * bf(j0+j, p)
+							ref += x
+							mag += math.Abs(x)
+						}
+						if e := math.Abs(float64(got[i*n+j]) - ref); e > float64(k+2)*math.Ldexp(mag, -24) {
+							t.Fatalf("AMX: %d×%d block (%d, %d, %d, %d): C[%d,%d] = %g, float64 %g", rows, k, i0, m, j0, n, i, j, got[i*n+j], ref)
+						}
+					}
 				}
 			}
 		}
