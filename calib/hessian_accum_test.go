@@ -15,15 +15,18 @@ import (
 // TestGramAccMatchesFloat64 checks the tiled float32 accumulation against a naive float64
 // XᵀX, for sizes that are and are not multiples of the tile and chunk, on heavy-tailed data,
 // and the packed triangle the Gram file is written from against the tiles;
-// with rounded rows (where the CPU runs them) against the float64 XᵀX of the rows rounded to
-// bf16, to the same bound.
+// with rounded rows (on each of the CPU's kernels for them: VDPBF16PS, AMX tiles) against the
+// float64 XᵀX of the rows rounded to bf16, to the same bound.
 func TestGramAccMatchesFloat64(t *testing.T) {
-	for _, rounded := range []bool{false, true} {
-		if rounded && !kernels.UsingBF16DP() {
-			t.Log("no AVX512-BF16 on this machine: the rounded accumulation is not tested here")
+	t.Run("float32", func(t *testing.T) { testGramAcc(t, false) })
+	defer kernels.SetAMX(true)
+	for _, path := range []string{"bf16dp", "amx"} {
+		kernels.SetAMX(path == "amx")
+		if path == "amx" && !kernels.UsingAMX() || path == "bf16dp" && !kernels.UsingBF16DP() {
+			t.Logf("no %s on this machine: the rounded accumulation on it is not tested here", path)
 			continue
 		}
-		t.Run(fmt.Sprintf("rounded=%v", rounded), func(t *testing.T) { testGramAcc(t, rounded) })
+		t.Run("rounded-"+path, func(t *testing.T) { testGramAcc(t, true) })
 	}
 }
 
@@ -105,10 +108,20 @@ func benchGramInput(cols, rows int) []float32 {
 func BenchmarkGramAcc(b *testing.B) {
 	const cols, rows = 2048, 512
 	x := benchGramInput(cols, rows)
-	for _, rounded := range []bool{false, true} {
-		b.Run(fmt.Sprintf("rounded=%v", rounded), func(b *testing.B) {
-			if rounded && !kernels.UsingBF16DP() {
-				b.Skip("no AVX512-BF16")
+	for _, mode := range []string{"float32", "rounded-bf16dp", "rounded-amx"} {
+		b.Run(mode, func(b *testing.B) {
+			rounded := mode != "float32"
+			switch mode {
+			case "rounded-bf16dp":
+				if !kernels.UsingBF16DP() {
+					b.Skip("no AVX512-BF16")
+				}
+				kernels.SetAMX(false)
+				defer kernels.SetAMX(true)
+			case "rounded-amx":
+				if !kernels.UsingAMX() {
+					b.Skip("no AMX")
+				}
 			}
 			a := newGramAcc(cols, 1, rounded)
 			b.SetBytes(int64(rows * cols * 4))
