@@ -128,10 +128,12 @@ func sgemmKernel12x32AVX512(k int, a *float32, lda int, b *float32, pstride int,
 // Q4_0/IQ4_NL kernels of repack_vnni_amd64.s use VPDPBUSD and EVEX registers Y16–Y31).
 var haveVNNI = haveAsm && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VNNI
 
-// slowGather marks the CPUs with AVX-512 VNNI but without AVX512-BF16 (Intel's generations
-// before Sapphire Rapids; AMD's AVX-512 CPUs have both), where VPGATHERDD is slow
-// (see scaleLoads).
-var slowGather = haveVNNI && !cpu.X86.HasAVX512BF16
+// slowGather marks the CPUs with AVX-512 VNNI where the scale gather loses to eight loads
+// (see scaleLoads): all but those with AVX512-BF16 and no AMX, which are AMD's AVX-512 CPUs
+// (Zen 4 and later) and Intel's Cooper Lake. Intel's generations before Sapphire Rapids
+// have no BF16 (the gather measured half the loads' speed on Ice Lake); Sapphire Rapids and
+// later have AMX (the loads measured 11-14 % faster for Q4_0 on one).
+var slowGather = haveVNNI && (!cpu.X86.HasAVX512BF16 || cpu.X86.HasAMXTile)
 
 // q4Transpose8AVX2 decodes nb blocks of 8 Q4_0/IQ4_NL rows (rowBytes apart) through lut and
 // writes them transposed to dst: dword k of the 8 rows at dst + bStride·b + kStride·k.

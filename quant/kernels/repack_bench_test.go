@@ -70,6 +70,21 @@ func BenchmarkRepackMatVec(b *testing.B) {
 				}
 			}
 		})
+		for _, form := range []string{"gather", "loads"} { // the Q4_0/IQ4_NL VNNI gemv's scale reads (scaleLoads)
+			b.Run(name+"/repack-scales-"+form, func(b *testing.B) {
+				if !useVNNI() || (wt != Q4_0 && wt != IQ4_NL) {
+					b.Skip("no VNNI, or a type whose gemv has one form")
+				}
+				scaleLoads.Store(form == "loads")
+				defer scaleLoads.Store(slowGather)
+				b.SetBytes(size)
+				for i := 0; i < b.N; i++ {
+					if err := MatVecRepack(wt, out, mats[i%len(mats)], rowBytes, xq[:xRow], 0, rows); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 		b.Run(name+"/repack-avx2", func(b *testing.B) {
 			if !useVNNI() {
 				b.Skip("no VNNI: repack is the AVX2 kernel")
