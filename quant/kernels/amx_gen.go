@@ -111,20 +111,7 @@ func main() {
 	line("// tile before it, so the loads sit between the products of the other row half.")
 	line("")
 	line("// func amxKernel32x32BF16(ks int, a0, a1 *uint16, b *uint32, c *float32, ldc int, acc bool, cfg *byte)")
-	line("TEXT ·amxKernel32x32BF16(SB), NOSPLIT, $0-64")
-	line("\tMOVQ cfg+56(FP), AX")
-	raw("ldtilecfg (%rax)", append(vex(0, 0), 0x49, 0x00)...)
-	cRows()
-	line("\tMOVBQZX acc+48(FP), AX")
-	line("\tTESTQ AX, AX")
-	line("\tJZ zero")
-	cTiles(tileload)
-	line("\tJMP start")
-	line("zero:")
-	for t := byte(0); t < 4; t++ {
-		tilezero(t)
-	}
-	line("start:")
+	prologue("amxKernel32x32BF16", "")
 	line("\tMOVQ ks+0(FP), R8")
 	line("\tMOVQ a0+8(FP), SI")
 	line("\tMOVQ a1+16(FP), DI")
@@ -152,10 +139,7 @@ func main() {
 	line("\tADDQ $2048, BX")
 	line("\tDECQ R8")
 	line("\tJNZ loop")
-	cRows()
-	cTiles(tilestore)
-	raw("tilerelease", append(vex(0, 0), 0x49, 0xc0)...)
-	line("\tRET")
+	epilogue()
 	rounded()
 	if err := os.WriteFile("amx_amd64.s", []byte(out.String()), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -170,20 +154,7 @@ func main() {
 func rounded() {
 	line("")
 	line("// func amxKernel32x32BF16R(ks int, a *byte, lda int, b *uint32, c *float32, ldc int, acc bool, cfg *byte)")
-	line("TEXT ·amxKernel32x32BF16R(SB), NOSPLIT, $0-64")
-	line("\tMOVQ cfg+56(FP), AX")
-	raw("ldtilecfg (%rax)", append(vex(0, 0), 0x49, 0x00)...)
-	cRows()
-	line("\tMOVBQZX acc+48(FP), AX")
-	line("\tTESTQ AX, AX")
-	line("\tJZ rzero")
-	cTiles(tileload)
-	line("\tJMP rstart")
-	line("rzero:")
-	for t := byte(0); t < 4; t++ {
-		tilezero(t)
-	}
-	line("rstart:")
+	prologue("amxKernel32x32BF16R", "r")
 	line("\tMOVQ ks+0(FP), R8")
 	line("\tMOVQ a+8(FP), SI")
 	line("\tMOVQ lda+16(FP), DX")
@@ -206,6 +177,30 @@ func rounded() {
 	line("\tADDQ $2048, BX")
 	line("\tDECQ R8")
 	line("\tJNZ rloop")
+	epilogue()
+}
+
+// prologue starts kernel name (labels prefixed with p): the tile configuration, then C's four
+// tiles loaded (acc) or zeroed.
+func prologue(name, p string) {
+	line("TEXT ·%s(SB), NOSPLIT, $0-64", name)
+	line("\tMOVQ cfg+56(FP), AX")
+	raw("ldtilecfg (%rax)", append(vex(0, 0), 0x49, 0x00)...)
+	cRows()
+	line("\tMOVBQZX acc+48(FP), AX")
+	line("\tTESTQ AX, AX")
+	line("\tJZ %szero", p)
+	cTiles(tileload)
+	line("\tJMP %sstart", p)
+	line("%szero:", p)
+	for t := byte(0); t < 4; t++ {
+		tilezero(t)
+	}
+	line("%sstart:", p)
+}
+
+// epilogue stores C's four tiles and releases the tile state.
+func epilogue() {
 	cRows()
 	cTiles(tilestore)
 	raw("tilerelease", append(vex(0, 0), 0x49, 0xc0)...)

@@ -118,33 +118,45 @@ func RoundBF16(x float32) uint16 {
 	return uint16((b + 0x7fff + (b>>16)&1) >> 16)
 }
 
-// dpKC is the steps of k one pass of sgemmDP covers (512 values): a 32-column block of the
-// packed B (32 KiB) stays in L1 while every 8-row block of A (8 KiB each) streams past it.
+// dpKC is the steps of k one pass of sgemmRounded covers (512 values): a 32-column block of the
+// packed B (32 KiB) stays in L1 while every block of rows of A streams past it.
 const dpKC = 16
 
-// sgemmDP computes C[0:m, 0:n] (+)= A·Bᵀ from the rounded rows s and B packed by packBF16AMX
-// (n columns); kern is the block kernel (the assembly, or dpKernelGo in tests).
-func sgemmDP(s *RoundedRows, n int, bp []uint32, c []float32, ldc int, accumulate bool,
-	kern func(ks int, a []byte, lda int, b []uint32, c []float32, ldc int, acc bool)) {
+// roundedKernel is a block kernel of sgemmRounded: rows×32 of C (+)= rows of a (lda bf16 values
+// apart) times one 32-column block of the packed B, over ks steps.
+type roundedKernel = func(ks int, a []byte, lda int, b []uint32, c []float32, ldc int, acc bool)
+
+// sgemmRounded computes C[0:m, 0:n] (+)= A·Bᵀ from the rounded rows s and B packed by
+// packBF16AMX (n columns) with the block kernel kern of rows rows (dpRows for the VDPBF16PS
+// kernel, 32 for the AMX one; or a Go twin in tests), for each pass of dpKC steps over every
+// pair of a block of rows and a 32-column block. With 8 rows each column block (32 KiB) stays
+// in L1 while the row blocks stream past it; with 32 (AMX) each row block meets every column
+// block in turn, as in sgemmAMX (BenchmarkSgemmHalfRounded: 590-670 GFLOP/s on one Sapphire
+// Rapids thread, 500-525 in the other order). A block at the end with fewer rows reads the
+// rows after it (the padding rows, roundedPadRows, at the end) and drops their results.
+func sgemmRounded(s *RoundedRows, n int, bp []uint32, c []float32, ldc int, accumulate bool, rows int, kern roundedKernel) {
 	m, ks, ld := s.m, amxSteps(s.k), s.ld()
-	var tmp [dpRows * 32]float32
+	ni, nj := (m+rows-1)/rows, (n+31)/32
+	var tmp [32 * 32]float32
 	for p0 := 0; p0 < ks; p0 += dpKC {
 		kc := min(dpKC, ks-p0)
 		acc := accumulate || p0 > 0
-		for j0 := 0; j0 < n; j0 += 32 {
-			b := bp[(j0/32*ks+p0)*amxWordsPerStep:]
-			cols := min(32, n-j0)
-			for i0 := 0; i0 < m; i0 += dpRows {
-				a := s.h[2*(i0*ld+p0*amxK):]
-				rows := min(dpRows, m-i0)
-				if rows == dpRows && cols == 32 {
-					kern(kc, a, ld, b, c[i0*ldc+j0:], ldc, acc)
-					continue
-				}
-				blk := edgeIn(tmp[:], rows, cols, c[i0*ldc+j0:], ldc, acc)
-				kern(kc, a, ld, b, blk, 32, acc)
-				edgeOut(blk, rows, cols, c[i0*ldc+j0:], ldc)
+		for t := 0; t < ni*nj; t++ {
+			bi, bj := t%ni, t/ni // column blocks outside
+			if rows == 32 {
+				bi, bj = t/nj, t%nj // row blocks outside
 			}
+			i0, j0 := bi*rows, bj*32
+			a := s.h[2*(i0*ld+p0*amxK):]
+			b := bp[(bj*ks+p0)*amxWordsPerStep:]
+			r, cols := min(rows, m-i0), min(32, n-j0)
+			if r == rows && cols == 32 {
+				kern(kc, a, ld, b, c[i0*ldc+j0:], ldc, acc)
+				continue
+			}
+			blk := edgeIn(tmp[:], r, cols, c[i0*ldc+j0:], ldc, acc)
+			kern(kc, a, ld, b, blk, 32, acc)
+			edgeOut(blk, r, cols, c[i0*ldc+j0:], ldc)
 		}
 	}
 }
@@ -163,15 +175,21 @@ func dpKernelAsm(ks int, a []byte, lda int, b []uint32, c []float32, ldc int, ac
 
 // SgemmHalfRounded computes C[0:m, 0:n] (+)= A·Bᵀ for bf16 B (n×k, rows ldb values apart) with
 // A given as rounded rows (m = s.Rows()): the float32 sums of the products of A rounded to bf16
-// with B (see above). It needs the AVX512-BF16 path (UsingBF16DP). pack is scratch for the
-// packed B (grown as needed and returned).
+// with B (see above). It runs on AMX tiles where UsingAMX holds, else with
+// AVX512-BF16 (UsingBF16DP); the two agree to float32 rounding, not bit for bit
+// (UsingRoundedPacked: one of them). pack is scratch for the packed B (grown as needed and
+// returned).
 func SgemmHalfRounded(s *RoundedRows, n int, b []byte, ldb int, c []float32, ldc int, accumulate bool, pack []uint32) ([]uint32, error) {
-	if !UsingBF16DP() {
-		return pack, fmt.Errorf("kernels: SgemmHalfRounded: the AVX512-BF16 path is not in use")
+	if !UsingRoundedPacked() {
+		return pack, fmt.Errorf("kernels: SgemmHalfRounded: neither the AMX nor the AVX512-BF16 path is in use")
 	}
 	pack, ok, err := packHalfB("SgemmHalfRounded", s.m, s.k, n, b, ldb, c, ldc, accumulate, pack)
 	if ok {
-		sgemmDP(s, n, pack, c, ldc, accumulate, dpKernelAsm)
+		if UsingAMX() {
+			sgemmRounded(s, n, pack, c, ldc, accumulate, 32, amxKernelRAsm)
+		} else {
+			sgemmRounded(s, n, pack, c, ldc, accumulate, dpRows, dpKernelAsm)
+		}
 	}
 	return pack, err
 }
@@ -234,41 +252,11 @@ func SgemmRoundedPacked(a *RoundedRows, bp []uint32, n int, c []float32, ldc int
 		return nil
 	}
 	if UsingAMX() {
-		sgemmAMXRounded(a, n, bp, c, ldc, accumulate, amxKernelRAsm)
+		sgemmRounded(a, n, bp, c, ldc, accumulate, 32, amxKernelRAsm)
 		return nil
 	}
-	sgemmDP(a, n, bp, c, ldc, accumulate, dpKernelAsm)
+	sgemmRounded(a, n, bp, c, ldc, accumulate, dpRows, dpKernelAsm)
 	return nil
-}
-
-// sgemmAMXRounded computes C[0:m, 0:n] (+)= A·Bᵀ from the rounded rows s and B packed by
-// packBF16AMX (n columns) on AMX tiles, sgemmAMX's blocking with one bf16 per value: for each
-// pass of amxKC steps, every 32×32 block; kern is the block kernel (amxKernelRAsm, or a Go
-// twin in tests). A block of fewer than 32 rows reads the rows after it (the padding rows,
-// roundedPadRows, at the end) and drops their results.
-func sgemmAMXRounded(s *RoundedRows, n int, bp []uint32, c []float32, ldc int, accumulate bool,
-	kern func(ks int, a []byte, lda int, b []uint32, c []float32, ldc int, acc bool)) {
-	m, ks, ld := s.m, amxSteps(s.k), s.ld()
-	var tmp [32 * 32]float32
-	for p0 := 0; p0 < ks; p0 += amxKC {
-		kc := min(amxKC, ks-p0)
-		acc := accumulate || p0 > 0
-		for i0 := 0; i0 < m; i0 += 32 {
-			a := s.h[2*(i0*ld+p0*amxK):]
-			rows := min(32, m-i0)
-			for j0 := 0; j0 < n; j0 += 32 {
-				b := bp[(j0/32*ks+p0)*amxWordsPerStep:]
-				cols := min(32, n-j0)
-				if rows == 32 && cols == 32 {
-					kern(kc, a, ld, b, c[i0*ldc+j0:], ldc, acc)
-					continue
-				}
-				blk := edgeIn(tmp[:], rows, cols, c[i0*ldc+j0:], ldc, acc)
-				kern(kc, a, ld, b, blk, 32, acc)
-				edgeOut(blk, rows, cols, c[i0*ldc+j0:], ldc)
-			}
-		}
-	}
 }
 
 // amxKernelRAsm runs the assembly block kernel for rounded rows (32 rows of a, lda bf16 values

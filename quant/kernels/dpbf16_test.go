@@ -74,7 +74,7 @@ func TestRoundBF16(t *testing.T) {
 }
 
 // dpCase multiplies a (m×k, float32, rounded to bf16) with b (n×k, bf16) into c0's copy with
-// gemm (sgemmDP or sgemmAMXRounded with a block kernel: viaDP, viaAMX) and checks every entry against the float64 product of the rounded
+// gemm (sgemmRounded with a block kernel: viaDP, viaAMX) and checks every entry against the float64 product of the rounded
 // activations: exactly when exact is set (one-hot weights), else within (k+2)·2⁻²⁴·(Σ|a·b| +
 // |c0|), a float32 sum of k exact products (and C) added in any order. It returns the largest
 // error in units of 2⁻²⁴·(Σ|a·b| + |c0|).
@@ -114,23 +114,19 @@ func dpCase(t *testing.T, name string, m, n, k int, a []float32, b []byte, c0 []
 	return worst
 }
 
-// roundedGemm is a product of rounded rows with a packed B: sgemmDP or sgemmAMXRounded with a
-// block kernel.
+// roundedGemm is a product of rounded rows with a packed B: sgemmRounded with a block kernel
+// (viaDP: 8 rows, viaAMX: 32).
 type roundedGemm func(s *RoundedRows, n int, bp []uint32, c []float32, ldc int, acc bool)
-
-// roundedKernel is the signature of the rounded rows' block kernels (8 rows for sgemmDP, 32 for
-// sgemmAMXRounded).
-type roundedKernel = func(ks int, a []byte, lda int, b []uint32, c []float32, ldc int, acc bool)
 
 func viaDP(kern roundedKernel) roundedGemm {
 	return func(s *RoundedRows, n int, bp []uint32, c []float32, ldc int, acc bool) {
-		sgemmDP(s, n, bp, c, ldc, acc, kern)
+		sgemmRounded(s, n, bp, c, ldc, acc, dpRows, kern)
 	}
 }
 
 func viaAMX(kern roundedKernel) roundedGemm {
 	return func(s *RoundedRows, n int, bp []uint32, c []float32, ldc int, acc bool) {
-		sgemmAMXRounded(s, n, bp, c, ldc, acc, kern)
+		sgemmRounded(s, n, bp, c, ldc, acc, 32, kern)
 	}
 }
 
@@ -163,7 +159,7 @@ func dpProduct(m, n, k int, a []float32, b []byte, c0 []float32, acc bool, gemm 
 // dpShapes have row, column and k tails (odd k too), and k over several passes (dpKC steps).
 var dpShapes = [][3]int{{8, 32, 32}, {64, 64, 320}, {37, 45, 77}, {5, 3, 1}, {100, 70, 600}, {33, 96, 1030}, {16, 40, 64}, {9, 33, 31}}
 
-// TestSgemmDPGo runs the block kernels' Go twins through sgemmDP and sgemmAMXRounded on every
+// TestSgemmDPGo runs the block kernels' Go twins through sgemmRounded (8 and 32 rows) on every
 // machine: the rounding, the row layout (and the AMX blocks' reads past a view's rows), the
 // packing and the blocking against float64.
 func TestSgemmDPGo(t *testing.T) {
@@ -179,79 +175,107 @@ func TestSgemmDPGo(t *testing.T) {
 	}
 }
 
-// TestSgemmHalfRounded checks the AVX512-BF16 path where the machine has it: the assembly
-// block kernel against float64 (bounded, and exact on one-hot weights) and SgemmHalfRounded
-// giving the kernel's bits; and that it refuses to run with the path off.
+// TestSgemmHalfRounded checks SgemmHalfRounded on each path the machine has: with AVX512-BF16
+// (AMX off) the assembly block kernel against float64 (bounded, and exact on one-hot weights)
+// and SgemmHalfRounded giving the kernel's bits; on AMX, SgemmHalfRounded giving the AMX block
+// kernel's bits (TestSgemmAMXRounded checks that kernel against float64); and that it refuses
+// to run with both paths off.
 func TestSgemmHalfRounded(t *testing.T) {
-	if !HasBF16DP() {
-		t.Skip("no AVX512-BF16 on this machine: the VDPBF16PS kernel is not tested here; TestSgemmDPGo covers its layouts")
+	if !HasBF16DP() && !HasAMX() {
+		t.Skip("neither AVX512-BF16 nor AMX on this machine: the rounded rows' kernels are not tested here; TestSgemmDPGo covers their layouts")
 	}
+	defer SetAMX(true)
 	worst := 0.0
 	for si, sh := range dpShapes {
 		m, n, k := sh[0], sh[1], sh[2]
 		a, b, c0 := amxOperands(uint64(si)+60, m, n, k)
 		for _, acc := range []bool{false, true} {
-			worst = max(worst, dpCase(t, "asm", m, n, k, a, b, c0, acc, false, viaDP(dpKernelAsm)))
-			dpCase(t, "asm one-hot", m, n, k, a, oneHot(uint64(si), n, k), c0, false, true, viaDP(dpKernelAsm))
-
-			want := dpProduct(m, n, k, a, b, c0, acc, viaDP(dpKernelAsm))
-			var s RoundedRows
-			s.Reset(m, k)
-			s.Set(0, m, a, k)
-			got := append([]float32(nil), c0...)
-			if _, err := SgemmHalfRounded(&s, n, b, k, got, n, acc, nil); err != nil {
-				t.Fatal(err)
-			}
-			for i := range want {
-				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-					t.Fatalf("%v acc=%v: C[%d]: SgemmHalfRounded %g, the kernel %g", sh, acc, i, got[i], want[i])
+			for _, path := range []string{"bf16dp", "amx"} {
+				var want []float32
+				switch {
+				case path == "bf16dp" && HasBF16DP():
+					SetAMX(false)
+					worst = max(worst, dpCase(t, "asm", m, n, k, a, b, c0, acc, false, viaDP(dpKernelAsm)))
+					dpCase(t, "asm one-hot", m, n, k, a, oneHot(uint64(si), n, k), c0, false, true, viaDP(dpKernelAsm))
+					want = dpProduct(m, n, k, a, b, c0, acc, viaDP(dpKernelAsm))
+				case path == "amx" && HasAMX():
+					SetAMX(true)
+					want = dpProduct(m, n, k, a, b, c0, acc, viaAMX(amxKernelRAsm))
+				default:
+					continue
+				}
+				var s RoundedRows
+				s.Reset(m, k)
+				s.Set(0, m, a, k)
+				got := append([]float32(nil), c0...)
+				if _, err := SgemmHalfRounded(&s, n, b, k, got, n, acc, nil); err != nil {
+					t.Fatal(err)
+				}
+				for i := range want {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%s %v acc=%v: C[%d]: SgemmHalfRounded %g, the kernel %g", path, sh, acc, i, got[i], want[i])
+					}
 				}
 			}
 		}
 	}
-	t.Logf("largest error of the VDPBF16PS kernel: %.2f units of 2⁻²⁴·Σ|ab| (bound k+2)", worst)
+	if HasBF16DP() {
+		t.Logf("largest error of the VDPBF16PS kernel: %.2f units of 2⁻²⁴·Σ|ab| (bound k+2)", worst)
+	}
 	SetBF16DP(false)
+	SetAMX(false)
 	defer SetBF16DP(true)
 	if _, err := SgemmHalfRounded(&RoundedRows{}, 1, make([]byte, 2), 1, make([]float32, 1), 1, false, nil); err == nil {
-		t.Error("SgemmHalfRounded ran with the path off")
+		t.Error("SgemmHalfRounded ran with both paths off")
 	}
 }
 
 // BenchmarkSgemmHalfRounded compares, on one thread, the rounded-rows GEMM (rounding the rows
-// and packing B included) with SgemmHalf's float32 FMA path on the same bf16 weights, in GFLOP/s, at the
-// calibration forward's shapes (512 activation rows, a 512-row weight tile).
+// and packing B included; VDPBF16PS, and AMX tiles where present) with SgemmHalf's float32 FMA
+// path and, where present, the AMX path's exact three pieces (SgemmHalf with AMX on) on the same
+// bf16 weights, in GFLOP/s, at the calibration forward's shapes (512 activation rows, a 512-row
+// weight tile).
 func BenchmarkSgemmHalfRounded(b *testing.B) {
 	for _, sh := range [][3]int{{512, 512, 2048}, {512, 512, 6144}} {
 		m, n, k := sh[0], sh[1], sh[2]
 		a, w, _ := amxOperands(1, m, n, k)
 		c := make([]float32, m*n)
 		flops := 2 * float64(m) * float64(n) * float64(k)
-		b.Run(fmt.Sprintf("fma/%dx%dx%d", m, n, k), func(b *testing.B) {
-			SetAMX(false)
-			defer SetAMX(true)
-			for i := 0; i < b.N; i++ {
-				if err := SgemmHalf(BF16, m, n, k, a, k, w, k, c, n, false); err != nil {
-					b.Fatal(err)
+		for _, path := range []string{"fma", "amx-split"} {
+			b.Run(fmt.Sprintf("%s/%dx%dx%d", path, m, n, k), func(b *testing.B) {
+				if path == "amx-split" && !UsingAMX() {
+					b.Skip("no AMX")
 				}
-			}
-			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-		})
-		b.Run(fmt.Sprintf("bf16dp/%dx%dx%d", m, n, k), func(b *testing.B) {
-			if !UsingBF16DP() {
-				b.Skip("no AVX512-BF16")
-			}
-			var s RoundedRows
-			var pack []uint32
-			for i := 0; i < b.N; i++ {
-				s.Reset(m, k)
-				s.Set(0, m, a, k)
-				var err error
-				if pack, err = SgemmHalfRounded(&s, n, w, k, c, n, false, pack); err != nil {
-					b.Fatal(err)
+				SetAMX(path == "amx-split")
+				defer SetAMX(true)
+				for i := 0; i < b.N; i++ {
+					if err := SgemmHalf(BF16, m, n, k, a, k, w, k, c, n, false); err != nil {
+						b.Fatal(err)
+					}
 				}
-			}
-			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-		})
+				b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+		for _, path := range []string{"bf16dp", "amx-rounded"} {
+			b.Run(fmt.Sprintf("%s/%dx%dx%d", path, m, n, k), func(b *testing.B) {
+				if path == "bf16dp" && !UsingBF16DP() || path == "amx-rounded" && !UsingAMX() {
+					b.Skip("not on this machine")
+				}
+				SetAMX(path == "amx-rounded")
+				defer SetAMX(true)
+				var s RoundedRows
+				var pack []uint32
+				for i := 0; i < b.N; i++ {
+					s.Reset(m, k)
+					s.Set(0, m, a, k)
+					var err error
+					if pack, err = SgemmHalfRounded(&s, n, w, k, c, n, false, pack); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
 	}
 }
 
@@ -292,7 +316,7 @@ func TestRoundedRowsSet(t *testing.T) {
 }
 
 // TestSgemmAMXRounded checks the AMX block kernel for rounded rows where the machine has AMX:
-// against float64 (bounded, and exact on one-hot weights), through sgemmAMXRounded.
+// against float64 (bounded, and exact on one-hot weights), through sgemmRounded.
 func TestSgemmAMXRounded(t *testing.T) {
 	if !HasAMX() {
 		t.Skip("no AMX-BF16 on this machine (or the OS does not grant it): the rounded rows' AMX kernel is not tested here; TestSgemmDPGo covers its layouts")
