@@ -96,12 +96,10 @@ type Options struct {
 	NoBaseline bool
 	// NoSensitivity skips measuring the other bit width (TensorChoice.Sensitivity stays 0).
 	NoSensitivity bool
-	// ExactForward keeps every product of the forward exact: by default, on a CPU with
-	// AVX512-BF16 and no AMX, bf16 weights multiply activations rounded to the nearest bf16
+	// ExactForward keeps every product of the forward exact: by default, on a CPU with AMX
+	// or AVX512-BF16, bf16 weights multiply activations rounded to the nearest bf16
 	// (infer.Options.BF16Products; ggml's own rounding for bf16 weights, twice the speed) and
-	// the Gram matrices are taken from rows rounded the same way (gramAcc); on a CPU with AMX
-	// the forward's products are exact anyway and the Gram matrices come from rounded rows on
-	// AMX tiles (gramRounded). ExactForward keeps both exact.
+	// the Gram matrices are taken from rows rounded the same way (gramAcc).
 	ExactForward bool
 	// NoHessians skips the input Gram matrices (HessianDir). By default every linear input
 	// of at most HessianMaxCols columns gets its full Gram matrix, as far as MemoryBudget allows.
@@ -803,34 +801,25 @@ func fmtBytes(n int64) string {
 
 // forwardPrecision describes the calibration forward's arithmetic for the record: 16-bit
 // matrices widened exactly inside the GEMM (others upcast to f32), f32 activations and KV
-// cache, and whether bf16 products run on AMX tiles or with rounded activations
-// (bf16Rounded), with the kernel set in use.
+// cache, and whether bf16 products run with rounded activations (bf16Rounded, on AMX tiles or
+// with AVX512-BF16) or on AMX tiles exactly, with the kernel set in use.
 func forwardPrecision(exact bool) string {
 	p := "f32 arithmetic (16-bit weights widened exactly in the GEMM, others upcast), f32 activations, f32 KV cache"
 	switch {
+	case bf16Rounded(exact) && kernels.UsingAMX():
+		p += "; bf16 weights multiply activations rounded to bf16 (ties to even) on AMX tiles, float32 sums; Gram matrices from the same rounded rows"
+	case bf16Rounded(exact):
+		p += "; bf16 weights multiply activations rounded to bf16 (ties to even) with AVX512-BF16, float32 sums; Gram matrices from the same rounded rows"
 	case kernels.UsingAMX():
 		p += "; bf16 products on AMX tiles (activations split into three exact bf16 pieces, float32 sums)"
-		if gramRounded(exact) {
-			p += "; Gram matrices from rows rounded to bf16 (ties to even) on AMX tiles, float32 sums"
-		}
-	case bf16Rounded(exact):
-		p += "; bf16 weights multiply activations rounded to bf16 (ties to even) with AVX512-BF16, float32 sums"
 	}
 	return p + "; kernels: " + kernels.Implementation()
 }
 
-// bf16Rounded reports whether the forward's bf16 products take the AVX512-BF16 path with
-// rounded activations: infer's own decision for the options Calibrate gives the runner.
+// bf16Rounded reports whether the forward's bf16 products take the rounded path (AMX tiles or
+// AVX512-BF16): infer's own decision for the options Calibrate gives the runner. The Gram
+// matrices are then taken from rows rounded the same way (gramAcc).
 func bf16Rounded(exact bool) bool { return forwardOptions(exact).BF16Rounded() }
-
-// gramRounded reports whether the Gram matrices are taken from rows rounded to bf16 (gramAcc):
-// where the forward's bf16 products are rounded (bf16Rounded), and on AMX tiles, where the
-// product of rounded rows runs at about 5× the float32 GEMM (BenchmarkGramAcc: 264-270 against
-// 55-56 GMAC/s on one Sapphire Rapids thread) while the forward keeps its exact three-piece
-// products. ExactForward keeps them float32.
-func gramRounded(exact bool) bool {
-	return !exact && (bf16Rounded(exact) || kernels.UsingAMX() && kernels.UsingRoundedPacked())
-}
 
 // forwardOptions are the arithmetic options of the calibration forward's runner.
 func forwardOptions(exact bool) infer.Options {

@@ -324,7 +324,7 @@ type gramCollector struct {
 	owner   map[string]string     // input id -> the weight whose calls are accumulated
 	cols    map[string]int        // input id -> columns seen
 	dn      *deltaNetAcc          // the Gated DeltaNet per-head matrices (nil: none yet)
-	rounded bool                  // the matrices from rows rounded to bf16 (gramRounded, gramAcc)
+	rounded bool                  // the matrices from rows rounded to bf16, as the forward's products (gramAcc)
 }
 
 func (r *run) newGramCollector(step int) *gramCollector {
@@ -333,7 +333,7 @@ func (r *run) newGramCollector(step int) *gramCollector {
 	}
 	return &gramCollector{plan: r.hess, step: step, threads: r.threadCount(), acc: map[string]*gramAcc{},
 		experts: map[string][]*gramAcc{}, owner: map[string]string{}, cols: map[string]int{},
-		rounded: gramRounded(r.opts.ExactForward)}
+		rounded: bf16Rounded(r.opts.ExactForward)}
 }
 
 // claim records that weight name feeds input id rows of cols columns and reports whether its

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/tq-project/tq/internal/fixtures"
-	"github.com/tq-project/tq/quant/kernels"
 )
 
 func statsEqual(t *testing.T, what string, a, b *Stats) {
@@ -78,7 +77,7 @@ func TestResumeAndSpill(t *testing.T) {
 		t.Fatalf("mismatched checkpoint: %v", err)
 	}
 	// nor a forward with other arithmetic, where the CPU has the rounded bf16 products
-	if kernels.UsingBF16DP() && !kernels.UsingAMX() {
+	if bf16Rounded(false) {
 		exact := opts
 		exact.Progress, exact.ExactForward = nil, true
 		if _, err := Calibrate(context.Background(), dir, exact); err == nil || !strings.Contains(err.Error(), "--restart") {

@@ -410,7 +410,7 @@ func (r *run) sensitivity(all *Stats) (string, error) {
 	want, topK := sensitivitySample(shape, o.SensitivityTokens, o.SensitivityMACs)
 	// Every stream must multiply the probed tensor as the clean stream multiplies it, or the
 	// difference between two arithmetics would count as the probe's damage. With rounded bf16
-	// products (the statistics pass's forward on AVX512-BF16 without AMX) a bf16 matrix
+	// products (the statistics pass's forward on AMX or AVX512-BF16) a bf16 matrix
 	// multiplies activations rounded to bf16; a probe is kept in its tensor's own type (bf16,
 	// f16 or float32; encodeProbe), so a probe of a bf16 tensor takes the same path. That runs
 	// the pass's GEMMs at the rounded kernel's rate (about 1.6× faster on a dense 1 B model).

@@ -265,13 +265,13 @@ var amxPackPool = sync.Pool{New: func() any { return new([]uint32) }}
 
 // matmulAMX is matmulGemm for bf16 weights on the AMX path (kernels.UsingAMX, at least
 // kernels.AMXMinRows rows; a routed expert's handful of tokens stays on the FMA GEMM) or, with
-// rounded set, on the AVX512-BF16 path (Options.BF16Products). The activation rows are split
-// into bf16 pieces (kernels.SplitRows) or rounded to bf16 (kernels.RoundedRows) once, rows
-// spread over the workers, then every tile of weight rows (amxTiles) is packed and multiplied
-// (kernels.SgemmHalfSplit, kernels.SgemmHalfRounded). On AMX each product of a piece with a
-// weight is exact and the sums are float32, so the result agrees with the FMA GEMM's to float32
-// rounding, in another order of addition; the rounded path multiplies the rounded rows
-// exactly. PackWeights is not used: packing the bf16 rows costs little beside the product.
+// rounded set, on the rounded path (Options.BF16Products: AMX tiles or AVX512-BF16). The
+// activation rows are split into bf16 pieces (kernels.SplitRows) or rounded to bf16
+// (kernels.RoundedRows) once, rows spread over the workers, then every tile of weight rows
+// (amxTiles) is packed and multiplied (kernels.SgemmHalfSplit, kernels.SgemmHalfRounded). With
+// the pieces each product of a piece with a weight is exact and the sums are float32, so the
+// result agrees with the FMA GEMM's to float32 rounding, in another order of addition; the
+// rounded path multiplies the rounded rows exactly (on AMX in a third of the tile products). PackWeights is not used: packing the bf16 rows costs little beside the product.
 func (s *Session) matmulAMX(l *linear, e int, xr []float32, T int, y []float32, rounded bool) {
 	n, out := l.in, l.out
 	if rounded {
@@ -303,11 +303,11 @@ func (s *Session) matmulAMX(l *linear, e int, xr []float32, T int, y []float32, 
 	})
 }
 
-// BF16Rounded reports whether these options make bf16 weights' batches take the AVX512-BF16
-// path of matmulAMX with rounded activations (BF16Products with FullPrecision, on a CPU that
-// runs it and has no AMX, which keeps its exact pieces).
+// BF16Rounded reports whether these options make bf16 weights' batches take the rounded path
+// of matmulAMX (BF16Products with FullPrecision, on a CPU that runs kernels.SgemmHalfRounded:
+// AMX tiles or AVX512-BF16).
 func (o Options) BF16Rounded() bool {
-	return o.BF16Products && o.FullPrecision && !kernels.UsingAMX() && kernels.UsingBF16DP()
+	return o.BF16Products && o.FullPrecision && kernels.UsingRoundedPacked()
 }
 
 // tilePool holds dequantized weight tiles for the GEMM path.

@@ -30,9 +30,10 @@ type Options struct {
 	// every sequence through a block's weights and sets it when its memory budget allows.
 	PackWeights bool
 	// BF16Products (with FullPrecision) multiplies bf16 weights by activations rounded to the
-	// nearest bf16, as ggml does for bf16 weights, where the CPU has AVX512-BF16 and no AMX
-	// (kernels.SgemmHalfRounded: twice the float32 GEMM's speed on AMD Zen 5), for batches of
-	// at least kernels.AMXMinRows rows; elsewhere it changes nothing. Each activation moves by
+	// nearest bf16, as ggml does for bf16 weights, where the CPU has AMX or AVX512-BF16
+	// (kernels.SgemmHalfRounded: twice the float32 GEMM's speed on AMD Zen 5, twice the exact
+	// three-piece AMX path's on Sapphire Rapids), for batches of at least kernels.AMXMinRows
+	// rows; elsewhere it changes nothing. Each activation moves by
 	// at most 2⁻⁹ of itself; products and sums stay exact float32. Calibration sets it unless
 	// asked for an exact forward.
 	BF16Products bool

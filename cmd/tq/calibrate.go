@@ -75,14 +75,13 @@ calibration text's statistics: docs/calibration.md, "Calibration set").
 
 An interrupted run resumes from its last finished block (checkpoint in OUT/.tq-calibrate).
 
-On Intel CPUs with AMX-BF16 (Sapphire Rapids and later, Linux) the products with BF16 weights
-run on AMX tiles: each activation is split into three exact bf16 pieces and the sums are f32,
-so the statistics match the AVX path's to f32 rounding; the Gram matrices are taken from rows
-rounded to bf16 on AMX tiles (5x the f32 speed). TQ_AMX=off keeps the AVX path.
-On other CPUs with AVX512-BF16 (AMD Zen 4 and later) they multiply activations rounded to the
-nearest bf16, as llama.cpp does for bf16 weights, at twice the speed of exact f32 products,
-and the Gram matrices are taken from rows rounded the same way; --exact-forward keeps the
-products and the Gram matrices exact (the statistics themselves are always taken in f32).`,
+On CPUs with AMX-BF16 (Intel Sapphire Rapids and later, Linux) or AVX512-BF16 (AMD Zen 4
+and later) the products with BF16 weights multiply activations rounded to the nearest bf16,
+as llama.cpp does for bf16 weights, on AMX tiles or with AVX512-BF16 at about twice the
+speed of exact products, and the Gram matrices are taken from rows rounded the same way;
+--exact-forward keeps the products and the Gram matrices exact (on AMX: each activation
+split into three exact bf16 pieces; TQ_AMX=off keeps the AVX path). The statistics
+themselves are always taken in f32.`,
 		Example: `  tq calibrate ./Qwen3-0.6B
   tq calibrate ./Qwen3-30B-A3B --memory-budget 24G -o calib/
   tq calibrate ./Llama-3-8B --calibration-dataset prompts.jsonl --weight-dtype int8 --group-size 64
@@ -110,7 +109,7 @@ products and the Gram matrices exact (the statistics themselves are always taken
 	fl.IntVar(&f.padMultiple, "pad-multiple", calib.DefaultPadMultiple, "pad sequences to a multiple of this many tokens")
 	fl.IntVar(&f.uncovered, "uncovered-sample", calib.DefaultUncoveredSample, "MoE: tokens per layer run through never-routed experts (negative: off)")
 	fl.IntVar(&f.searchRows, "search-rows", calib.DefaultSearchRows, "rows per tensor measured for the recorded errors (negative: all)")
-	fl.BoolVar(&f.exactForward, "exact-forward", false, "keep the forward's products with BF16 weights and the Gram matrices exact on CPUs with AVX512-BF16 or AMX (slower; default: activations rounded to bf16 there, as llama.cpp does, and Gram rows rounded to bf16)")
+	fl.BoolVar(&f.exactForward, "exact-forward", false, "keep the forward's products with BF16 weights and the Gram matrices exact on CPUs with AMX or AVX512-BF16 (slower; default: activations and Gram rows rounded to bf16 there, as llama.cpp does for bf16 weights)")
 	fl.BoolVar(&f.noBaseline, "no-baseline", false, "skip measuring the unweighted search for comparison")
 	fl.BoolVar(&f.hessians, "hessians", true, "write the input Gram matrices of every linear layer to OUT/hessians (full up to --hessian-max-cols columns)")
 	fl.BoolVar(&f.noHessians, "no-hessians", false, "do not collect the input Gram matrices (same as --hessians=false)")
