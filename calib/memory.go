@@ -42,7 +42,8 @@ func (r *run) estimate() int64 {
 	if kernels.UsingAMX() || bf16Rounded(r.opts.ExactForward) {
 		// the AMX or AVX512-BF16 GEMM of bf16 weights (infer's matmulAMX): a batch's activation
 		// rows split into three bf16 pieces or rounded to bf16, and per worker a packed tile of
-		// up to 512 weight rows
+		// up to 512 weight rows (on AMX the pieces are counted even where the products are
+		// rounded: the MoE sensitivity pass runs the exact pieces there)
 		maxIn := max(E, nff, int64(c.QDim()))
 		if kernels.UsingAMX() {
 			act += kernels.SplitRowsBytes(int(B), int(maxIn)) / 4

@@ -271,7 +271,8 @@ var amxPackPool = sync.Pool{New: func() any { return new([]uint32) }}
 // (amxTiles) is packed and multiplied (kernels.SgemmHalfSplit, kernels.SgemmHalfRounded). With
 // the pieces each product of a piece with a weight is exact and the sums are float32, so the
 // result agrees with the FMA GEMM's to float32 rounding, in another order of addition; the
-// rounded path multiplies the rounded rows exactly (on AMX in a third of the tile products). PackWeights is not used: packing the bf16 rows costs little beside the product.
+// rounded path multiplies the rounded rows exactly (on AMX in a third of the tile products).
+// PackWeights is not used: packing the bf16 rows costs little beside the product.
 func (s *Session) matmulAMX(l *linear, e int, xr []float32, T int, y []float32, rounded bool) {
 	n, out := l.in, l.out
 	if rounded {
