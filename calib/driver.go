@@ -806,10 +806,12 @@ func fmtBytes(n int64) string {
 func forwardPrecision(exact bool) string {
 	p := "f32 arithmetic (16-bit weights widened exactly in the GEMM, others upcast), f32 activations, f32 KV cache"
 	switch {
-	case bf16Rounded(exact) && kernels.UsingAMX():
-		p += "; bf16 weights multiply activations rounded to bf16 (ties to even) on AMX tiles, float32 sums; Gram matrices from the same rounded rows"
 	case bf16Rounded(exact):
-		p += "; bf16 weights multiply activations rounded to bf16 (ties to even) with AVX512-BF16, float32 sums; Gram matrices from the same rounded rows"
+		unit := "with AVX512-BF16"
+		if kernels.UsingAMX() {
+			unit = "on AMX tiles"
+		}
+		p += "; bf16 weights multiply activations rounded to bf16 (ties to even) " + unit + ", float32 sums; Gram matrices from the same rounded rows"
 	case kernels.UsingAMX():
 		p += "; bf16 products on AMX tiles (activations split into three exact bf16 pieces, float32 sums)"
 	}

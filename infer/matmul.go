@@ -308,7 +308,7 @@ func (s *Session) matmulAMX(l *linear, e int, xr []float32, T int, y []float32, 
 // of matmulAMX (BF16Products with FullPrecision, on a CPU that runs kernels.SgemmHalfRounded:
 // AMX tiles or AVX512-BF16).
 func (o Options) BF16Rounded() bool {
-	return o.BF16Products && o.FullPrecision && kernels.UsingRoundedPacked()
+	return o.BF16Products && o.FullPrecision && kernels.UsingRounded()
 }
 
 // tilePool holds dequantized weight tiles for the GEMM path.

@@ -37,7 +37,8 @@ func SetBF16DP(on bool) { dpOff.Store(!on) }
 // HasBF16DP reports whether this machine runs the AVX512-BF16 kernel.
 func HasBF16DP() bool { return haveBF16DP() }
 
-// UsingBF16DP reports whether SgemmHalfRounded currently runs.
+// UsingBF16DP reports whether the VDPBF16PS kernel can run; the rounded-rows products take it
+// where AMX is not in use (UsingRounded).
 func UsingBF16DP() bool { return useAsm() && !dpOff.Load() && haveBF16DP() }
 
 // dpRows is the rows of one block of RoundedRows (and of the kernel).
@@ -177,10 +178,10 @@ func dpKernelAsm(ks int, a []byte, lda int, b []uint32, c []float32, ldc int, ac
 // A given as rounded rows (m = s.Rows()): the float32 sums of the products of A rounded to bf16
 // with B (see above). It runs on AMX tiles where UsingAMX holds, else with
 // AVX512-BF16 (UsingBF16DP); the two agree to float32 rounding, not bit for bit
-// (UsingRoundedPacked: one of them). pack is scratch for the packed B (grown as needed and
+// (UsingRounded: one of them). pack is scratch for the packed B (grown as needed and
 // returned).
 func SgemmHalfRounded(s *RoundedRows, n int, b []byte, ldb int, c []float32, ldc int, accumulate bool, pack []uint32) ([]uint32, error) {
-	if !UsingRoundedPacked() {
+	if !UsingRounded() {
 		return pack, fmt.Errorf("kernels: SgemmHalfRounded: neither the AMX nor the AVX512-BF16 path is in use")
 	}
 	pack, ok, err := packHalfB("SgemmHalfRounded", s.m, s.k, n, b, ldb, c, ldc, accumulate, pack)
@@ -222,18 +223,18 @@ func (s *RoundedRows) PackB(r0, n int, dst []uint32) []uint32 {
 	return dst
 }
 
-// UsingRoundedPacked reports whether SgemmRoundedPacked runs: on AMX tiles (UsingAMX) or with
-// AVX512-BF16 (UsingBF16DP).
-func UsingRoundedPacked() bool { return UsingAMX() || UsingBF16DP() }
+// UsingRounded reports whether the rounded-rows products (SgemmHalfRounded,
+// SgemmRoundedPacked) run: on AMX tiles (UsingAMX) or with AVX512-BF16 (UsingBF16DP).
+func UsingRounded() bool { return UsingAMX() || UsingBF16DP() }
 
 // SgemmRoundedPacked computes C[0:m, 0:n] (+)= A·Bᵀ with A the rounded rows a (m = a.Rows())
 // and B n rows of the same k packed by PackB: the float32 sums of the exact products of the
 // bf16 values. It runs on AMX tiles where UsingAMX holds (TDPBF16PS, 32×32 blocks of C), else
-// with AVX512-BF16 (UsingBF16DP; the VDPBF16PS kernel, whose bits SgemmHalfRounded gives too);
-// the two add the same products in different orders, so they agree to float32 rounding, not
-// bit for bit. It needs one of them (UsingRoundedPacked).
+// with AVX512-BF16 (UsingBF16DP; the VDPBF16PS kernel), the same kernel SgemmHalfRounded takes
+// on the same CPU; the two kernels add the same products in different orders, so they agree to float32 rounding, not
+// bit for bit. It needs one of them (UsingRounded).
 func SgemmRoundedPacked(a *RoundedRows, bp []uint32, n int, c []float32, ldc int, accumulate bool) error {
-	if !UsingRoundedPacked() {
+	if !UsingRounded() {
 		return fmt.Errorf("kernels: SgemmRoundedPacked: neither the AMX nor the AVX512-BF16 path is in use")
 	}
 	m := a.m
