@@ -227,7 +227,9 @@ func TestImatrixBenchChild(t *testing.T) {
 	t0, stage := time.Now(), ""
 	o.Progress = func(pr Progress) {
 		if pr.Stage != stage {
-			t.Logf("%6.2fs: stage %s", time.Since(t0).Seconds(), pr.Stage)
+			var ru syscall.Rusage
+			syscall.Getrusage(0, &ru)
+			t.Logf("%6.2fs: stage %s cpu %.2f", time.Since(t0).Seconds(), pr.Stage, float64(ru.Utime.Sec)+float64(ru.Utime.Usec)/1e6+float64(ru.Stime.Sec)+float64(ru.Stime.Usec)/1e6)
 			stage = pr.Stage
 		}
 	}

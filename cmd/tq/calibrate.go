@@ -108,7 +108,7 @@ themselves are always taken in f32.`,
 	fl.IntVar(&f.maxLen, "max-length", 4096, "truncate calibration sequences to this many tokens (0 = no limit; default: 4096 or the model's context length if shorter)")
 	fl.IntVar(&f.padMultiple, "pad-multiple", calib.DefaultPadMultiple, "pad sequences to a multiple of this many tokens")
 	fl.IntVar(&f.uncovered, "uncovered-sample", calib.DefaultUncoveredSample, "MoE: tokens per layer run through never-routed experts (negative: off)")
-	fl.IntVar(&f.searchRows, "search-rows", calib.DefaultSearchRows, "rows per tensor measured for the recorded errors (negative: all)")
+	fl.IntVar(&f.searchRows, "search-rows", calib.DefaultSearchRows, "rows per tensor sampled for the container choice and the recorded errors (negative: all; a clear choice is made on a quarter of them)")
 	fl.BoolVar(&f.exactForward, "exact-forward", false, "keep the forward's products with BF16 weights and the Gram matrices exact on CPUs with AMX or AVX512-BF16 (slower; default: activations and Gram rows rounded to bf16 there, as llama.cpp does for bf16 weights)")
 	fl.BoolVar(&f.noBaseline, "no-baseline", false, "skip measuring the unweighted search for comparison")
 	fl.BoolVar(&f.hessians, "hessians", true, "write the input Gram matrices of every linear layer to OUT/hessians (full up to --hessian-max-cols columns)")
