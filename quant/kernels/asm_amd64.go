@@ -107,6 +107,12 @@ func roundF16AVX2(x *float32, n int)
 //go:noescape
 func widenBF16AVX2(dst *float32, src *byte, n int)
 
+// finiteRunAVX2 returns the offset of the first 32-value block of x[:n] (n a multiple of 32)
+// that holds a NaN or ±Inf, or n when none does.
+//
+//go:noescape
+func finiteRunAVX2(x *float32, n int) int
+
 //go:noescape
 func quantizeQ8_0RefAVX2(dst *byte, x *float32, nb int)
 

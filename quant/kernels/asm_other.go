@@ -45,6 +45,7 @@ func dotF16F32RowsAVX2(w *byte, stride int, x *float32, n int, rows int, out *fl
 }
 func roundF16AVX2(x *float32, n int)                    { panic(noAsm) }
 func widenBF16AVX2(dst *float32, src *byte, n int)      { panic(noAsm) }
+func finiteRunAVX2(x *float32, n int) int               { panic(noAsm) }
 func quantizeQ8_0RefAVX2(dst *byte, x *float32, nb int) { panic(noAsm) }
 
 const have512 = false

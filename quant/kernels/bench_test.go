@@ -186,3 +186,28 @@ func BenchmarkSgemm(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFirstNonFinite scans 64 Ki finite values (the check on every tensor read and every
+// quantizer input), assembly and pure Go.
+func BenchmarkFirstNonFinite(b *testing.B) {
+	x := make([]float32, 1<<16)
+	for i := range x {
+		x[i] = float32(i%1000) - 500
+	}
+	defer SetPureGo(false)
+	for _, pure := range []bool{false, true} {
+		name := "asm"
+		if pure {
+			name = "go"
+		}
+		b.Run(name, func(b *testing.B) {
+			SetPureGo(pure)
+			b.SetBytes(int64(4 * len(x)))
+			for i := 0; i < b.N; i++ {
+				if FirstNonFinite(x) != -1 {
+					b.Fatal("non-finite")
+				}
+			}
+		})
+	}
+}

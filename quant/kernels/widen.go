@@ -73,9 +73,13 @@ func WidenBF16(dst []float32, src []byte) {
 }
 
 // FirstNonFinite returns the index of the first NaN or ±Inf in x, or -1 if every value is
-// finite (an exponent test on the bits, much cheaper than math.IsNaN/IsInf per element).
+// finite (an exponent test on the bits, much cheaper than math.IsNaN/IsInf per element; with
+// the assembly, 32 values per step until the block that holds the first one).
 func FirstNonFinite(x []float32) int {
 	i := 0
+	if useAsm() && len(x) >= 32 {
+		i = finiteRunAVX2(&x[0], len(x)&^31)
+	}
 	for ; i+4 <= len(x); i += 4 {
 		a, b := math.Float32bits(x[i]), math.Float32bits(x[i+1])
 		c, d := math.Float32bits(x[i+2]), math.Float32bits(x[i+3])

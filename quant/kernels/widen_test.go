@@ -47,29 +47,54 @@ func TestWiden(t *testing.T) {
 	}
 }
 
+// TestFirstNonFinite puts each kind of non-finite value (NaN with several payloads, ±Inf) at
+// every position of rows up to 100 values long and of a long row, with a second one later, on
+// the assembly (32 values per step) and the pure-Go paths; finite values with large exponents
+// (±MaxFloat32) and subnormals around it must not count.
 func TestFirstNonFinite(t *testing.T) {
-	for n := 0; n < 20; n++ {
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = float32(i) - 3
-		}
-		if n > 0 {
-			x[n-1] = math.MaxFloat32
-		}
-		if got := FirstNonFinite(x); got != -1 {
-			t.Fatalf("n=%d all finite: got %d", n, got)
-		}
-		for p := 0; p < n; p++ {
-			for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))} {
+	defer SetPureGo(false)
+	bads := []uint32{0x7fc00000, 0xffc00000, 0x7f800001, 0xff800001, 0x7fffffff, 0x7f800000, 0xff800000}
+	for _, pure := range []bool{false, true} {
+		SetPureGo(pure)
+		for _, n := range append(seqInts(0, 100), 1000, 4099) {
+			x := make([]float32, n)
+			for i := range x {
+				switch i % 4 {
+				case 0:
+					x[i] = float32(i) - 3
+				case 1:
+					x[i] = math.MaxFloat32
+				case 2:
+					x[i] = -math.MaxFloat32
+				default:
+					x[i] = math.Float32frombits(uint32(i) & 0x807fffff) // ±0 and subnormals
+				}
+			}
+			if got := FirstNonFinite(x); got != -1 {
+				t.Fatalf("pure=%v n=%d all finite: got %d", pure, n, got)
+			}
+			for p := 0; p < n; p++ {
+				if n > 100 && p%37 != 0 && p != n-1 {
+					continue
+				}
+				bad := bads[p%len(bads)]
 				y := append([]float32(nil), x...)
-				y[p] = bad
+				y[p] = math.Float32frombits(bad)
 				if p+1 < n {
 					y[n-1] = float32(math.NaN())
 				}
 				if got := FirstNonFinite(y); got != p {
-					t.Fatalf("n=%d bad %v at %d: got %d", n, bad, p, got)
+					t.Fatalf("pure=%v n=%d bad %#08x at %d: got %d", pure, n, bad, p, got)
 				}
 			}
 		}
 	}
+}
+
+func seqInts(lo, hi int) []int {
+	var s []int
+	for i := lo; i <= hi; i++ {
+		s = append(s, i)
+	}
+	return s
 }
