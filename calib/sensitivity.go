@@ -85,11 +85,7 @@ const MinSensitivityTokens = 128
 const sensitivityStep = 0.5
 
 // partWay moves y (a reconstruction of x) to x + sensitivityStep·(y − x).
-func partWay(y, x []float32) {
-	for k, v := range x {
-		y[k] = v + sensitivityStep*(y[k]-v)
-	}
-}
+func partWay(y, x []float32) { kernels.Lerp(y, x, sensitivityStep) }
 
 // sensitivityWorkRatio bounds the default sample: the pass's block work at most this many
 // times the statistics pass's, but at least MinSensitivityTokens tokens (an explicit
@@ -1094,7 +1090,8 @@ func probeRows(typ gguf.GGMLType, q []byte, rs int, x, y, imp []float32, rows, c
 					return
 				}
 				for r := 0; sums && r < r1-r0; r++ {
-					nums[c], dens[c] = weightedErrRow(nums[c], dens[c], xs[r*cols:(r+1)*cols], ys[r*cols:(r+1)*cols], imp)
+					nu, de := kernels.WeightedSqErr(xs[r*cols:(r+1)*cols], ys[r*cols:(r+1)*cols], imp)
+					nums[c], dens[c] = nums[c]+nu, dens[c]+de
 				}
 				partWay(ys, xs)
 			}
@@ -1109,25 +1106,6 @@ func probeRows(typ gguf.GGMLType, q []byte, rs int, x, y, imp []float32, rows, c
 		num, den = num+nums[c], den+dens[c]
 	}
 	return num, den, nil
-}
-
-// weightedErrRow adds Σ w·(x−y)² and Σ w·x² of one row (w: imp, or 1 without) to num and den.
-func weightedErrRow(num, den float64, x, y, imp []float32) (float64, float64) {
-	if imp == nil {
-		for k, v := range x {
-			e := float64(v) - float64(y[k])
-			num += e * e
-			den += float64(v) * float64(v)
-		}
-		return num, den
-	}
-	for k, v := range x {
-		w := float64(imp[k])
-		e := float64(v) - float64(y[k])
-		num += w * e * e
-		den += w * float64(v) * float64(v)
-	}
-	return num, den
 }
 
 // matrixImportance is matrix e's importance in all (nil when unknown or of another width).

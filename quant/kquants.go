@@ -481,10 +481,9 @@ func quantRowQ45KImp(dst []byte, x, qw []float32, s *scratch, nmax int32) {
 		var sw, scales, mins [16]float32
 		for h := 0; h < k; h++ {
 			xh := xb[QK_K*h : QK_K*h+QK_K]
-			sigma2 := superBlockSigma2(xh)
+			imatrixWeights(w[QK_K*h:QK_K*h+QK_K], xh, qw[QK_K*(ib+h):], superBlockSigma2(xh))
 			for j := 0; j < 8; j++ {
 				wj := w[QK_K*h+32*j : QK_K*h+32*j+32]
-				imatrixWeights(wj, xh[32*j:32*j+32], qw[QK_K*(ib+h)+32*j:], sigma2)
 				var sumw float32
 				for _, v := range wj {
 					sumw += v

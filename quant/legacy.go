@@ -179,11 +179,7 @@ func superBlockSigma2(x []float32) float32 {
 }
 
 // imatrixWeights fills w[j] = qw[j]·sqrt(sigma2 + x[j]²) (ggml's imatrix weighting).
-func imatrixWeights(w, x, qw []float32, sigma2 float32) {
-	for j, v := range x {
-		w[j] = qw[j] * sqrtf(sigma2+float32(v*v))
-	}
-}
+func imatrixWeights(w, x, qw []float32, sigma2 float32) { kernels.ImatrixWeights(w, x, qw, sigma2) }
 
 // quantRowQ4_0Imp is quantize_row_q4_0_impl (imatrix present).
 func quantRowQ4_0Imp(dst []byte, x, qw []float32, s *scratch) {

@@ -1,0 +1,7 @@
+//go:build !amd64 || purego
+
+package kernels
+
+func weightedSqErrAVX2(acc *[16]float64, x, y, w *float32, n int) { panic(noAsm) }
+func lerpAVX2(y, x *float32, t float32, n int)                    { panic(noAsm) }
+func imatrixWeightsAVX2(w, x, qw *float32, sigma2 float32, n int) { panic(noAsm) }

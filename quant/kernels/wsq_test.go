@@ -1,0 +1,134 @@
+package kernels
+
+import (
+	"math"
+	"testing"
+)
+
+// TestWeightedSqErr: both paths against the definition computed here element by element in
+// float64 (lane i mod 8, lanes added in order; exact bits), on Gaussian and heavy-tailed rows of
+// lengths with and without a tail, with and without weights, and against a plain float64 sum
+// (relative 1e-12: only the order of addition differs).
+func TestWeightedSqErr(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		for _, n := range []int{0, 1, 7, 8, 9, 31, 64, 1283, 4608} {
+			for _, heavy := range []bool{false, true} {
+				r := newRNG(uint64(n)*2 + 11)
+				x := randFloats(r, n, heavy, 0.05)
+				y := make([]float32, n)
+				for i := range y {
+					y[i] = x[i] + float32(0.01*r.NormFloat64())
+				}
+				w := randFloats(r, n, heavy, 1)
+				for i := range w {
+					w[i] = float32(math.Abs(float64(w[i])))
+				}
+				for _, wt := range [][]float32{w, nil} {
+					var lanes [16]float64
+					var plainN, plainD float64
+					for i := range x {
+						c := 1.0
+						if wt != nil {
+							c = float64(wt[i])
+						}
+						e := float64(x[i]) - float64(y[i])
+						lanes[i%8] += float64(float64(c*e) * e)
+						lanes[8+i%8] += float64(float64(c*float64(x[i])) * float64(x[i]))
+						plainN += c * e * e
+						plainD += c * float64(x[i]) * float64(x[i])
+					}
+					var wantN, wantD float64
+					for k := 0; k < 8; k++ {
+						wantN += lanes[k]
+						wantD += lanes[8+k]
+					}
+					num, den := WeightedSqErr(x, y, wt)
+					if math.Float64bits(num) != math.Float64bits(wantN) || math.Float64bits(den) != math.Float64bits(wantD) {
+						t.Fatalf("n=%d heavy=%v weighted=%v: (%v, %v), want (%v, %v)", n, heavy, wt != nil, num, den, wantN, wantD)
+					}
+					if math.Abs(num-plainN) > 1e-12*plainN || math.Abs(den-plainD) > 1e-12*plainD {
+						t.Fatalf("n=%d: (%v, %v), a plain float64 sum gives (%v, %v)", n, num, den, plainN, plainD)
+					}
+				}
+			}
+		}
+	})
+	defer func() {
+		if _, ok := recover().(*LengthError); !ok {
+			t.Error("short w did not panic with a *LengthError")
+		}
+	}()
+	WeightedSqErr(make([]float32, 9), make([]float32, 9), make([]float32, 8))
+}
+
+// TestLerp: both paths against x + t·(y − x) with each operation rounded to float32, for
+// several t, lengths with and without a tail, and heavy-tailed values.
+func TestLerp(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		for _, n := range []int{0, 3, 8, 17, 1283} {
+			r := newRNG(uint64(n) + 3)
+			x := randFloats(r, n, true, 1)
+			y0 := randFloats(r, n, false, 1)
+			for _, s := range []float32{0.5, 0.25, 1.0 / 3, -2} {
+				y := append([]float32(nil), y0...)
+				Lerp(y, x, s)
+				for i := range x {
+					d := float32(y0[i] - x[i])
+					m := float32(s * d)
+					want := float32(x[i] + m)
+					if math.Float32bits(y[i]) != math.Float32bits(want) {
+						t.Fatalf("n=%d t=%v: y[%d] = %v, want %v", n, s, i, y[i], want)
+					}
+				}
+			}
+		}
+	})
+	defer func() {
+		if _, ok := recover().(*LengthError); !ok {
+			t.Error("short y did not panic with a *LengthError")
+		}
+	}()
+	Lerp(make([]float32, 3), make([]float32, 4), 0.5)
+}
+
+// TestImatrixWeights: both paths against qw·sqrt(sigma2 + x²) with each operation rounded to
+// float32 (the square root as float64 rounded to float32, correctly rounded either way), on
+// heavy-tailed rows with zeros, subnormals and huge values (the square overflowing to +Inf).
+func TestImatrixWeights(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		for _, n := range []int{0, 5, 8, 16, 32, 45, 256} {
+			r := newRNG(uint64(n) + 17)
+			x := randFloats(r, n, true, 2)
+			qw := randFloats(r, n, false, 3)
+			for i := range x {
+				qw[i] = float32(math.Abs(float64(qw[i])))
+				switch i % 11 {
+				case 2:
+					x[i] = 0
+				case 5:
+					x[i] = math.Float32frombits(0x00000123) // subnormal
+				case 7:
+					x[i] = 3e25 // x² overflows
+				}
+			}
+			for _, s2 := range []float32{0, 1.5e-3, 7} {
+				w := make([]float32, n)
+				ImatrixWeights(w, x, qw, s2)
+				for i, v := range x {
+					sq := float32(v * v)
+					sum := float32(s2 + sq)
+					want := float32(qw[i] * float32(math.Sqrt(float64(sum))))
+					if math.Float32bits(w[i]) != math.Float32bits(want) {
+						t.Fatalf("n=%d sigma2=%v: w[%d] = %v, want %v (x %v)", n, s2, i, w[i], want, v)
+					}
+				}
+			}
+		}
+	})
+	defer func() {
+		if _, ok := recover().(*LengthError); !ok {
+			t.Error("short qw did not panic with a *LengthError")
+		}
+	}()
+	ImatrixWeights(make([]float32, 4), make([]float32, 4), make([]float32, 3), 1)
+}
