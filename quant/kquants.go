@@ -12,6 +12,8 @@ package quant
 import (
 	"encoding/binary"
 	"math"
+
+	"github.com/tq-project/tq/quant/kernels"
 )
 
 // ---------------------------------------------------------------- packing helpers
@@ -522,12 +524,7 @@ func dequantQ4K(y []float32, b []byte) {
 			sc2, m2 := scaleMinK4(2*c+1, bb[4:16])
 			d1, mm1 := float32(d*float32(sc1)), float32(dmin*float32(m1))
 			d2, mm2 := float32(d*float32(sc2)), float32(dmin*float32(m2))
-			qc := q[32*c : 32*c+32]
-			o := yb[64*c : 64*c+64]
-			for l := 0; l < 32; l++ {
-				o[l] = float32(d1*float32(qc[l]&0xf)) - mm1
-				o[l+32] = float32(d2*float32(qc[l]>>4)) - mm2
-			}
+			kernels.DequantNibbles(yb[64*c:64*c+64], q[32*c:32*c+32], d1, mm1, d2, mm2)
 		}
 	}
 }

@@ -74,3 +74,22 @@ func ImatrixWeights(w, x, qw []float32, sigma2 float32) {
 		w[i] = qw[i] * float32(math.Sqrt(float64(sigma2+float32(v*v))))
 	}
 }
+
+// DequantNibbles decodes 32 bytes of packed 4-bit codes q into 64 values, as ggml's Q4_K
+// dequantizer does for one pair of sub-blocks: y[l] = dlo·float32(q[l]&15) − mlo and
+// y[32+l] = dhi·float32(q[l]>>4) − mhi, each product rounded before the subtraction. The
+// assembly and pure-Go paths give the same bits. It panics with a *LengthError if y has
+// fewer than 64 elements or q fewer than 32 bytes.
+func DequantNibbles(y []float32, q []byte, dlo, mlo, dhi, mhi float32) {
+	if len(y) < 64 || len(q) < 32 {
+		lengthPanic("DequantNibbles", "y has %d elements and q %d bytes, want 64 and 32", len(y), len(q))
+	}
+	if useAsm() {
+		dequantNibblesAVX2(&y[0], &q[0], dlo, mlo, dhi, mhi)
+		return
+	}
+	for l := 0; l < 32; l++ {
+		y[l] = float32(dlo*float32(q[l]&0xf)) - mlo
+		y[l+32] = float32(dhi*float32(q[l]>>4)) - mhi
+	}
+}

@@ -10,3 +10,6 @@ func lerpAVX2(y, x *float32, t float32, n int)
 
 //go:noescape
 func imatrixWeightsAVX2(w, x, qw *float32, sigma2 float32, n int)
+
+//go:noescape
+func dequantNibblesAVX2(y *float32, q *byte, dlo, mlo, dhi, mhi float32)

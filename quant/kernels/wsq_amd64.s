@@ -108,3 +108,38 @@ imw_loop:
 imw_done:
 	VZEROUPPER
 	RET
+
+DATA nibMask<>+0(SB)/4, $0x0000000f
+GLOBL nibMask<>(SB), RODATA|NOPTR, $4
+
+// func dequantNibblesAVX2(y *float32, q *byte, dlo, mlo, dhi, mhi float32)
+// Eight bytes at a time: zero-extended to dwords, low = v & 15, high = v >> 4, converted
+// exactly to float32, multiplied by the scale (rounded) and the min subtracted.
+TEXT ·dequantNibblesAVX2(SB), NOSPLIT, $0-32
+	MOVQ         y+0(FP), DI
+	MOVQ         q+8(FP), SI
+	VBROADCASTSS dlo+16(FP), Y12
+	VBROADCASTSS mlo+20(FP), Y13
+	VBROADCASTSS dhi+24(FP), Y14
+	VBROADCASTSS mhi+28(FP), Y15
+	VPBROADCASTD nibMask<>(SB), Y11
+	MOVQ         $4, CX
+
+nib_loop:
+	VPMOVZXBD (SI), Y0
+	VPAND     Y11, Y0, Y1
+	VPSRLD    $4, Y0, Y2
+	VCVTDQ2PS Y1, Y1
+	VCVTDQ2PS Y2, Y2
+	VMULPS    Y12, Y1, Y1
+	VMULPS    Y14, Y2, Y2
+	VSUBPS    Y13, Y1, Y1
+	VSUBPS    Y15, Y2, Y2
+	VMOVUPS   Y1, 0(DI)
+	VMOVUPS   Y2, 128(DI)
+	ADDQ      $8, SI
+	ADDQ      $32, DI
+	DECQ      CX
+	JNZ       nib_loop
+	VZEROUPPER
+	RET

@@ -132,3 +132,34 @@ func TestImatrixWeights(t *testing.T) {
 	}()
 	ImatrixWeights(make([]float32, 4), make([]float32, 4), make([]float32, 3), 1)
 }
+
+// TestDequantNibbles: both paths against the per-element definition on every byte value,
+// with scales and mins of both signs and magnitudes from subnormal to large.
+func TestDequantNibbles(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		q := make([]byte, 256+32)
+		for i := range q {
+			q[i] = byte(i * 7)
+		}
+		params := [][4]float32{{0.013, 0.002, -0.5, 3e-3}, {1e-40, -1e-39, 7.5, -2}, {65504, 0, 1e-3, 65504}}
+		for _, p := range params {
+			for off := 0; off+32 <= len(q); off += 32 {
+				y := make([]float32, 64)
+				DequantNibbles(y, q[off:off+32], p[0], p[1], p[2], p[3])
+				for l := 0; l < 32; l++ {
+					lo := float32(p[0]*float32(q[off+l]&15)) - p[1]
+					hi := float32(p[2]*float32(q[off+l]>>4)) - p[3]
+					if math.Float32bits(y[l]) != math.Float32bits(lo) || math.Float32bits(y[32+l]) != math.Float32bits(hi) {
+						t.Fatalf("%v byte %#02x: (%v, %v), want (%v, %v)", p, q[off+l], y[l], y[32+l], lo, hi)
+					}
+				}
+			}
+		}
+	})
+	defer func() {
+		if _, ok := recover().(*LengthError); !ok {
+			t.Error("short y did not panic with a *LengthError")
+		}
+	}()
+	DequantNibbles(make([]float32, 63), make([]byte, 32), 1, 0, 1, 0)
+}
