@@ -448,13 +448,13 @@ func qkxQuants16(s *scratch, x, w []float32, L []uint8, scales, mins *[16]float3
 	rmin, rdelta float32, nstep int) {
 	num := kernels.QkxNumerators(nmax, rmin, rdelta, nstep)
 	ln := &s.kx16
-	toLanes(ln.X[:], ln.W[:], 16, x, w, n)
+	kernels.ToLanes16(ln.X[:], ln.W[:], x, w, n)
 	if !kernels.QkxSearch16(ln, n, nmax, num[:nstep+1]) {
 		panic("quant: qkxQuants16 without the 16-lane search")
 	}
 	*scales = ln.Scale
 	*mins = ln.Min
-	fromLanes(L, ln.L[:], 16, n)
+	kernels.FromLanes16(L, ln.L[:], n)
 }
 
 // qxQuants16 is qxQuants8 for the sixteen n-element sub-blocks x[n·j : n·j+n], j = 0..15 (a
@@ -475,7 +475,7 @@ func qxQuants16(s *scratch, x []float32, L []int8, scales []float32, n int, nmax
 	}
 	num := kernels.QxNumerators(nmax)
 	ln := &s.qx16
-	toLanes(ln.X[:], ln.W[:], 16, x, qw, n)
+	kernels.ToLanes16(ln.X[:], ln.W[:], x, qw, n)
 	if !kernels.QxSearch16(ln, n, nmax, num[:]) {
 		panic("quant: qxQuants16 without the 16-lane search")
 	}

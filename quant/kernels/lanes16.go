@@ -1,0 +1,52 @@
+package kernels
+
+// ToLanes16 writes the sixteen n-element sub-blocks x[n·j : n·j+n] and their weights (qw[n·j+i],
+// or x² when qw is nil) lane-major into X and W, element i of sub-block j at [16·i+j]: the
+// layout of QkxSearch16 and QxSearch16. With AVX-512 and n a multiple of 16 it transposes
+// 16×16 blocks in registers; the values are moved, not computed (x² is v·v rounded to float32
+// either way). It panics with a *LengthError if a slice is shorter than 16·n.
+func ToLanes16(X, W, x, qw []float32, n int) {
+	m := 16 * n
+	if n < 0 || len(X) < m || len(W) < m || len(x) < m || qw != nil && len(qw) < m {
+		lengthPanic("ToLanes16", "n = %d needs %d values: X %d, W %d, x %d, qw %d", n, m, len(X), len(W), len(x), len(qw))
+	}
+	if n > 0 && n%16 == 0 && have512 && useAsm() {
+		var q *float32
+		if qw != nil {
+			q = &qw[0]
+		}
+		toLanes16AVX512(&X[0], &W[0], &x[0], q, n)
+		return
+	}
+	for j := 0; j < 16; j++ {
+		for i := 0; i < n; i++ {
+			v := x[n*j+i]
+			X[16*i+j] = v
+			if qw != nil {
+				W[16*i+j] = qw[n*j+i]
+			} else {
+				W[16*i+j] = v * v
+			}
+		}
+	}
+}
+
+// FromLanes16 reads the lane-major labels src (element i of sub-block j at [16·i+j]) back into
+// L[n·j+i] for the sixteen sub-blocks, each truncated to its low byte. With AVX-512 and n a
+// multiple of 16 it transposes 16×16 blocks in registers. It panics with a *LengthError if a
+// slice is shorter than 16·n.
+func FromLanes16(L []uint8, src []int32, n int) {
+	m := 16 * n
+	if n < 0 || len(L) < m || len(src) < m {
+		lengthPanic("FromLanes16", "n = %d needs %d values: L %d, src %d", n, m, len(L), len(src))
+	}
+	if n > 0 && n%16 == 0 && have512 && useAsm() {
+		fromLanes16AVX512(&L[0], &src[0], n)
+		return
+	}
+	for j := 0; j < 16; j++ {
+		for i := 0; i < n; i++ {
+			L[n*j+i] = uint8(src[16*i+j])
+		}
+	}
+}

@@ -1,0 +1,13 @@
+//go:build amd64 && !purego
+
+package kernels
+
+// toLanes16AVX512 is ToLanes16's assembly (n a multiple of 16; qw nil: W = X·X).
+//
+//go:noescape
+func toLanes16AVX512(X, W, x, qw *float32, n int)
+
+// fromLanes16AVX512 is FromLanes16's assembly (n a multiple of 16).
+//
+//go:noescape
+func fromLanes16AVX512(L *uint8, src *int32, n int)

@@ -1,0 +1,6 @@
+//go:build !amd64 || purego
+
+package kernels
+
+func toLanes16AVX512(X, W, x, qw *float32, n int)   { panic(noAsm) }
+func fromLanes16AVX512(L *uint8, src *int32, n int) { panic(noAsm) }
