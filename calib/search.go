@@ -334,8 +334,9 @@ func SearchTensor(name string, shape []int64, read MatrixReader, imp func(e int)
 	// candidates and enough rows, every candidate is first measured on a quarter of the
 	// sampled rows (the probe). A clear winner (every other candidate more than
 	// defaultProbeMargin worse) is chosen there, and its figures are the probe's rows', at a
-	// quarter of the rows per candidate. Otherwise the rest of the rows are measured for the probe's best and
-	// for the candidates within the margin, and the figures cover every sampled row.
+	// quarter of the rows per candidate. Otherwise the rest of the rows are measured for the
+	// probe's best and the candidates within the margin, and the figures cover every sampled
+	// row.
 	var main errAcc
 	var outMSE float64
 	probe := len(cands) > 1 && len(sel)*nmat >= probeMinRows && !o.noProbe
