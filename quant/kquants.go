@@ -153,9 +153,7 @@ func requantAsym(L []uint8, x []float32, ds, dm float32, nmax int32) {
 	if ds == 0 {
 		return
 	}
-	for i, v := range x {
-		L[i] = uint8(clampI(nearestInt((v+dm)/ds), 0, nmax))
-	}
+	kernels.RequantAsym(L, x, ds, dm, nmax)
 }
 
 // requantSym: l = clamp(rne(x/ds), -nmax, nmax-1) + nmax. Skipped when ds == 0.

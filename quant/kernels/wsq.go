@@ -93,3 +93,25 @@ func DequantNibbles(y []float32, q []byte, dlo, mlo, dhi, mhi float32) {
 		y[l+32] = float32(dhi*float32(q[l]>>4)) - mhi
 	}
 }
+
+// RequantAsym writes the codes of the elements of x under an effective scale ds and offset dm
+// (x ≈ ds·l − dm), as ggml's K-quant quantizers re-derive them once the block scales are
+// final: L[i] = clamp(nearest_int((x[i] + dm)/ds), 0, nmax), each operation in float32 and
+// nearest_int being ggml's (adding 1.5·2²³ and reading the low mantissa bits). The assembly
+// and pure-Go paths give the same bits. It panics with a *LengthError if L is shorter than x.
+func RequantAsym(L []uint8, x []float32, ds, dm float32, nmax int32) {
+	n := len(x)
+	if len(L) < n {
+		lengthPanic("RequantAsym", "L has %d elements, x has %d", len(L), n)
+	}
+	i := 0
+	if useAsm() && n >= 8 && nmax >= 0 && nmax <= 255 { // the assembly packs with byte saturation
+		i = n &^ 7
+		requantAsymAVX2(&L[0], &x[0], ds, dm, nmax, i)
+	}
+	for ; i < n; i++ {
+		v := float32(float32(x[i]+dm)/ds) + 12582912
+		l := int32(math.Float32bits(v)&0x007fffff) - 0x00400000
+		L[i] = uint8(min(max(l, 0), nmax))
+	}
+}

@@ -13,3 +13,6 @@ func imatrixWeightsAVX2(w, x, qw *float32, sigma2 float32, n int)
 
 //go:noescape
 func dequantNibblesAVX2(y *float32, q *byte, dlo, mlo, dhi, mhi float32)
+
+//go:noescape
+func requantAsymAVX2(L *uint8, x *float32, ds, dm float32, nmax int32, n int)

@@ -143,3 +143,52 @@ nib_loop:
 	JNZ       nib_loop
 	VZEROUPPER
 	RET
+
+DATA rqMagic<>+0(SB)/4, $0x4b400000   // 12582912.0 = 1.5·2²³
+GLOBL rqMagic<>(SB), RODATA|NOPTR, $4
+DATA rqMant<>+0(SB)/4, $0x007fffff
+GLOBL rqMant<>(SB), RODATA|NOPTR, $4
+DATA rqHalf<>+0(SB)/4, $0x00400000
+GLOBL rqHalf<>(SB), RODATA|NOPTR, $4
+
+// func requantAsymAVX2(L *uint8, x *float32, ds, dm float32, nmax int32, n int)
+// n a multiple of 8: l = clamp(nearest_int((x + dm)/ds), 0, nmax), VADDPS, VDIVPS (correctly
+// rounded, as the Go division), VADDPS of the magic constant, the mantissa bits less 2²², then
+// VPMAXSD/VPMINSD and a saturating pack of the eight dwords to bytes (they are in 0..nmax).
+TEXT ·requantAsymAVX2(SB), NOSPLIT, $0-40
+	MOVQ         L+0(FP), DI
+	MOVQ         x+8(FP), SI
+	VBROADCASTSS ds+16(FP), Y14
+	VBROADCASTSS dm+20(FP), Y13
+	MOVL         nmax+24(FP), AX
+	VMOVD        AX, X8
+	VPBROADCASTD X8, Y8
+	MOVQ         n+32(FP), CX
+	VBROADCASTSS rqMagic<>(SB), Y12
+	VPBROADCASTD rqMant<>(SB), Y11
+	VPBROADCASTD rqHalf<>(SB), Y10
+	VPXOR        Y9, Y9, Y9
+	TESTQ        CX, CX
+	JZ           rq_done
+
+rq_loop:
+	VMOVUPS      (SI), Y0
+	VADDPS       Y13, Y0, Y0   // x + dm
+	VDIVPS       Y14, Y0, Y0   // (x + dm)/ds
+	VADDPS       Y12, Y0, Y0   // + 1.5·2²³
+	VPAND        Y11, Y0, Y0
+	VPSUBD       Y10, Y0, Y0
+	VPMAXSD      Y9, Y0, Y0
+	VPMINSD      Y8, Y0, Y0
+	VEXTRACTI128 $1, Y0, X1
+	VPACKUSDW    X1, X0, X0    // eight words
+	VPACKUSWB    X0, X0, X0    // eight bytes (twice)
+	MOVQ         X0, (DI)
+	ADDQ         $32, SI
+	ADDQ         $8, DI
+	SUBQ         $8, CX
+	JNZ          rq_loop
+
+rq_done:
+	VZEROUPPER
+	RET

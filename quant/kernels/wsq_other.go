@@ -2,7 +2,8 @@
 
 package kernels
 
-func weightedSqErrAVX2(acc *[16]float64, x, y, w *float32, n int)        { panic(noAsm) }
-func lerpAVX2(y, x *float32, t float32, n int)                           { panic(noAsm) }
-func imatrixWeightsAVX2(w, x, qw *float32, sigma2 float32, n int)        { panic(noAsm) }
-func dequantNibblesAVX2(y *float32, q *byte, dlo, mlo, dhi, mhi float32) { panic(noAsm) }
+func weightedSqErrAVX2(acc *[16]float64, x, y, w *float32, n int)             { panic(noAsm) }
+func lerpAVX2(y, x *float32, t float32, n int)                                { panic(noAsm) }
+func imatrixWeightsAVX2(w, x, qw *float32, sigma2 float32, n int)             { panic(noAsm) }
+func dequantNibblesAVX2(y *float32, q *byte, dlo, mlo, dhi, mhi float32)      { panic(noAsm) }
+func requantAsymAVX2(L *uint8, x *float32, ds, dm float32, nmax int32, n int) { panic(noAsm) }

@@ -163,3 +163,55 @@ func TestDequantNibbles(t *testing.T) {
 	}()
 	DequantNibbles(make([]float32, 63), make([]byte, 32), 1, 0, 1, 0)
 }
+
+// TestRequantAsym: both paths against clamp(nearest_int((x + dm)/ds), 0, nmax) computed here
+// step by step in float32 (ggml's nearest_int), for Q4_K's and Q5_K's ranges and a wide one,
+// scales of both signs, values landing on ties and far outside the range, and lengths with
+// tails.
+func TestRequantAsym(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		for _, n := range []int{0, 3, 8, 32, 37, 256} {
+			r := newRNG(uint64(n) + 41)
+			x := randFloats(r, n, true, 0.05)
+			for i := range x {
+				switch i % 9 {
+				case 2:
+					x[i] = 0.0125 * float32(i%7) // ties for ds 0.025, dm 0
+				case 5:
+					x[i] = -x[i] * 1e4
+				}
+			}
+			for _, p := range []struct {
+				ds, dm float32
+				nmax   int32
+			}{{0.01, 0.02, 15}, {0.025, 0, 15}, {0.004, 0.06, 31}, {-0.01, 0.03, 15}, {3e-6, 1e-5, 255}} {
+				L := make([]uint8, n+1)
+				L[n] = 0xCD
+				RequantAsym(L, x, p.ds, p.dm, p.nmax)
+				for i, v := range x {
+					q := float32(float32(v+p.dm) / p.ds)
+					m := float32(q + 12582912)
+					l := int32(math.Float32bits(m)&0x007fffff) - 0x00400000
+					if l < 0 {
+						l = 0
+					}
+					if l > p.nmax {
+						l = p.nmax
+					}
+					if L[i] != uint8(l) {
+						t.Fatalf("n=%d %+v: L[%d] = %d, want %d (x %v)", n, p, i, L[i], l, v)
+					}
+				}
+				if L[n] != 0xCD {
+					t.Fatalf("n=%d: written past the end", n)
+				}
+			}
+		}
+	})
+	defer func() {
+		if _, ok := recover().(*LengthError); !ok {
+			t.Error("short L did not panic with a *LengthError")
+		}
+	}()
+	RequantAsym(make([]uint8, 7), make([]float32, 8), 1, 0, 15)
+}
