@@ -373,32 +373,16 @@ func qkxQuants8(s *scratch, x, w []float32, L []uint8, scales, mins *[8]float32,
 	if kernels.HasLaneSearch() && nstep >= 1 && nstep < 64 {
 		num := kernels.QkxNumerators(nmax, rmin, rdelta, nstep)
 		ln := &s.kx
-		toLanes(ln.X[:], ln.W[:], 8, x, w, n)
+		kernels.ToLanes8(ln.X[:], ln.W[:], x, w, n)
 		if kernels.QkxSearch8(ln, n, nmax, num[:nstep+1]) {
 			*scales = ln.Scale
 			*mins = ln.Min
-			fromLanes(L, ln.L[:], 8, n)
+			kernels.FromLanes8(L, ln.L[:], n)
 			return
 		}
 	}
 	for j := 0; j < 8; j++ {
 		scales[j] = ggmlQkxQuants(x[n*j:n*j+n], w[n*j:n*j+n], L[n*j:n*j+n], s.Laux[:n], &mins[j], nmax, rmin, rdelta, nstep, false, v3)
-	}
-}
-
-// toLanes writes the nl n-element sub-blocks x[n·j : n·j+n] and their weights (qw, or x² when
-// qw is nil) lane-major into X and W: element i of sub-block j at [i·nl+j].
-func toLanes(X, W []float32, nl int, x, qw []float32, n int) {
-	for j := 0; j < nl; j++ {
-		for i := 0; i < n; i++ {
-			v := x[n*j+i]
-			X[i*nl+j] = v
-			if qw != nil {
-				W[i*nl+j] = qw[n*j+i]
-			} else {
-				W[i*nl+j] = v * v
-			}
-		}
 	}
 }
 
@@ -490,7 +474,7 @@ func qxQuants8(s *scratch, x []float32, L []int8, scales []float32, n int, nmax 
 	if kernels.HasLaneSearch() {
 		num := kernels.QxNumerators(nmax)
 		ln := &s.qx
-		toLanes(ln.X[:], ln.W[:], 8, x, qw, n)
+		kernels.ToLanes8(ln.X[:], ln.W[:], x, qw, n)
 		if kernels.QxSearch8(ln, n, nmax, num[:]) {
 			copy(scales[:8], ln.Scale[:])
 			fromLanes(L, ln.L[:], 8, n)

@@ -50,3 +50,50 @@ func FromLanes16(L []uint8, src []int32, n int) {
 		}
 	}
 }
+
+// ToLanes8 is ToLanes16 for eight sub-blocks (QkxSearch8 and QxSearch8's layout, element i of
+// sub-block j at [8·i+j]), transposing 8×8 blocks with AVX2 where n is a multiple of 8.
+func ToLanes8(X, W, x, qw []float32, n int) {
+	m := 8 * n
+	if n < 0 || len(X) < m || len(W) < m || len(x) < m || qw != nil && len(qw) < m {
+		lengthPanic("ToLanes8", "n = %d needs %d values: X %d, W %d, x %d, qw %d", n, m, len(X), len(W), len(x), len(qw))
+	}
+	if n > 0 && n%8 == 0 && useAsm() {
+		var q *float32
+		if qw != nil {
+			q = &qw[0]
+		}
+		toLanes8AVX2(&X[0], &W[0], &x[0], q, n)
+		return
+	}
+	for j := 0; j < 8; j++ {
+		for i := 0; i < n; i++ {
+			v := x[n*j+i]
+			X[8*i+j] = v
+			if qw != nil {
+				W[8*i+j] = qw[n*j+i]
+			} else {
+				W[8*i+j] = v * v
+			}
+		}
+	}
+}
+
+// FromLanes8 is FromLanes16 for eight sub-blocks (element i of sub-block j at src[8·i+j]),
+// transposing 8×8 blocks with AVX2 where n is a multiple of 8; each value truncated to its
+// low byte.
+func FromLanes8(L []uint8, src []int32, n int) {
+	m := 8 * n
+	if n < 0 || len(L) < m || len(src) < m {
+		lengthPanic("FromLanes8", "n = %d needs %d values: L %d, src %d", n, m, len(L), len(src))
+	}
+	if n > 0 && n%8 == 0 && useAsm() {
+		fromLanes8AVX2(&L[0], &src[0], n)
+		return
+	}
+	for j := 0; j < 8; j++ {
+		for i := 0; i < n; i++ {
+			L[n*j+i] = uint8(src[8*i+j])
+		}
+	}
+}

@@ -11,3 +11,13 @@ func toLanes16AVX512(X, W, x, qw *float32, n int)
 //
 //go:noescape
 func fromLanes16AVX512(L *uint8, src *int32, n int)
+
+// toLanes8AVX2 is ToLanes8's assembly (n a multiple of 8; qw nil: W = X·X).
+//
+//go:noescape
+func toLanes8AVX2(X, W, x, qw *float32, n int)
+
+// fromLanes8AVX2 is FromLanes8's assembly (n a multiple of 8).
+//
+//go:noescape
+func fromLanes8AVX2(L *uint8, src *int32, n int)

@@ -235,3 +235,160 @@ fl_loop:
 	JB   fl_loop
 	VZEROUPPER
 	RET
+
+// T8 transposes the 8×8 block of 32-bit values in Y0..Y7 (row r in Yr) in place, with Y8..Y15
+// as scratch: unpack pairs of rows, shuffle 64-bit pairs within 128-bit lanes, exchange lanes.
+#define T8 \
+	VUNPCKLPS Y1, Y0, Y8; \
+	VUNPCKHPS Y1, Y0, Y9; \
+	VUNPCKLPS Y3, Y2, Y10; \
+	VUNPCKHPS Y3, Y2, Y11; \
+	VUNPCKLPS Y5, Y4, Y12; \
+	VUNPCKHPS Y5, Y4, Y13; \
+	VUNPCKLPS Y7, Y6, Y14; \
+	VUNPCKHPS Y7, Y6, Y15; \
+	VSHUFPS $0x44, Y10, Y8, Y0; \
+	VSHUFPS $0xEE, Y10, Y8, Y1; \
+	VSHUFPS $0x44, Y11, Y9, Y2; \
+	VSHUFPS $0xEE, Y11, Y9, Y3; \
+	VSHUFPS $0x44, Y14, Y12, Y4; \
+	VSHUFPS $0xEE, Y14, Y12, Y5; \
+	VSHUFPS $0x44, Y15, Y13, Y6; \
+	VSHUFPS $0xEE, Y15, Y13, Y7; \
+	VPERM2F128 $0x20, Y4, Y0, Y8; \
+	VPERM2F128 $0x20, Y5, Y1, Y9; \
+	VPERM2F128 $0x20, Y6, Y2, Y10; \
+	VPERM2F128 $0x20, Y7, Y3, Y11; \
+	VPERM2F128 $0x31, Y4, Y0, Y12; \
+	VPERM2F128 $0x31, Y5, Y1, Y13; \
+	VPERM2F128 $0x31, Y6, Y2, Y14; \
+	VPERM2F128 $0x31, Y7, Y3, Y15
+
+// LOAD8 loads eight rows of 32 bytes, DX bytes apart, from AX into Y0..Y7 (AX advances).
+#define LOAD8 \
+	VMOVUPS (AX), Y0; \
+	ADDQ DX, AX; \
+	VMOVUPS (AX), Y1; \
+	ADDQ DX, AX; \
+	VMOVUPS (AX), Y2; \
+	ADDQ DX, AX; \
+	VMOVUPS (AX), Y3; \
+	ADDQ DX, AX; \
+	VMOVUPS (AX), Y4; \
+	ADDQ DX, AX; \
+	VMOVUPS (AX), Y5; \
+	ADDQ DX, AX; \
+	VMOVUPS (AX), Y6; \
+	ADDQ DX, AX; \
+	VMOVUPS (AX), Y7
+
+// STORE8 stores the transposed rows Y8..Y15 as eight consecutive rows of 32 bytes at BX.
+#define STORE8 \
+	VMOVUPS Y8, 0(BX); \
+	VMOVUPS Y9, 32(BX); \
+	VMOVUPS Y10, 64(BX); \
+	VMOVUPS Y11, 96(BX); \
+	VMOVUPS Y12, 128(BX); \
+	VMOVUPS Y13, 160(BX); \
+	VMOVUPS Y14, 192(BX); \
+	VMOVUPS Y15, 224(BX)
+
+// SQUARE8 squares Y8..Y15 in place.
+#define SQUARE8 \
+	VMULPS Y8, Y8, Y8; \
+	VMULPS Y9, Y9, Y9; \
+	VMULPS Y10, Y10, Y10; \
+	VMULPS Y11, Y11, Y11; \
+	VMULPS Y12, Y12, Y12; \
+	VMULPS Y13, Y13, Y13; \
+	VMULPS Y14, Y14, Y14; \
+	VMULPS Y15, Y15, Y15
+
+// func toLanes8AVX2(X, W, x, qw *float32, n int)
+// n a multiple of 8. Block b (columns 8b..8b+7 of the 8 sub-blocks, rows n floats apart)
+// becomes lanes 8b..8b+7: X + 256·b bytes, W likewise.
+TEXT ·toLanes8AVX2(SB), NOSPLIT, $0-40
+	MOVQ X+0(FP), DI
+	MOVQ W+8(FP), R8
+	MOVQ x+16(FP), SI
+	MOVQ qw+24(FP), R9
+	MOVQ n+32(FP), CX
+	MOVQ CX, DX
+	SHLQ $2, DX      // a sub-block's bytes
+	XORQ R10, R10    // the block's byte offset within a sub-block
+
+t8_loop:
+	LEAQ (SI)(R10*1), AX
+	LOAD8
+	T8
+	MOVQ DI, BX
+	STORE8
+	TESTQ R9, R9
+	JNZ  t8_qw
+	SQUARE8
+	JMP  t8_w
+
+t8_qw:
+	LEAQ (R9)(R10*1), AX
+	LOAD8
+	T8
+
+t8_w:
+	MOVQ R8, BX
+	STORE8
+	ADDQ $256, DI
+	ADDQ $256, R8
+	ADDQ $32, R10
+	CMPQ R10, DX
+	JB   t8_loop
+	VZEROUPPER
+	RET
+
+DATA lowBytes<>+0(SB)/8, $0x808080800c080400
+DATA lowBytes<>+8(SB)/8, $0x8080808080808080
+GLOBL lowBytes<>(SB), RODATA|NOPTR, $16
+
+// LOWBYTES8 writes the low bytes of the eight dwords of Y (scratch X7) as 8 bytes at BX.
+#define LOWBYTES8(Y, X) \
+	VPSHUFB Y6, Y, Y; \
+	VEXTRACTI128 $1, Y, X7; \
+	VPUNPCKLDQ X7, X, X; \
+	MOVQ X, (BX)
+
+// func fromLanes8AVX2(L *uint8, src *int32, n int)
+// n a multiple of 8. Lanes 8b..8b+7 (256 bytes at src + 256·b) transposed, each value's low
+// byte kept (VPSHUFB), give bytes 8b..8b+7 of each sub-block, n bytes apart.
+TEXT ·fromLanes8AVX2(SB), NOSPLIT, $0-24
+	MOVQ L+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVQ $32, DX     // lane rows are 32 bytes apart
+	XORQ R10, R10    // the block's byte offset within a sub-block
+
+f8_loop:
+	MOVQ SI, AX
+	LOAD8
+	T8
+	VBROADCASTI128 lowBytes<>(SB), Y6
+	LEAQ (DI)(R10*1), BX
+	LOWBYTES8(Y8, X8)
+	ADDQ CX, BX
+	LOWBYTES8(Y9, X9)
+	ADDQ CX, BX
+	LOWBYTES8(Y10, X10)
+	ADDQ CX, BX
+	LOWBYTES8(Y11, X11)
+	ADDQ CX, BX
+	LOWBYTES8(Y12, X12)
+	ADDQ CX, BX
+	LOWBYTES8(Y13, X13)
+	ADDQ CX, BX
+	LOWBYTES8(Y14, X14)
+	ADDQ CX, BX
+	LOWBYTES8(Y15, X15)
+	ADDQ $256, SI
+	ADDQ $8, R10
+	CMPQ R10, CX
+	JB   f8_loop
+	VZEROUPPER
+	RET

@@ -4,3 +4,5 @@ package kernels
 
 func toLanes16AVX512(X, W, x, qw *float32, n int)   { panic(noAsm) }
 func fromLanes16AVX512(L *uint8, src *int32, n int) { panic(noAsm) }
+func toLanes8AVX2(X, W, x, qw *float32, n int)      { panic(noAsm) }
+func fromLanes8AVX2(L *uint8, src *int32, n int)    { panic(noAsm) }
