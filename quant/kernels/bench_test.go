@@ -194,20 +194,12 @@ func BenchmarkFirstNonFinite(b *testing.B) {
 	for i := range x {
 		x[i] = float32(i%1000) - 500
 	}
-	defer SetPureGo(false)
-	for _, pure := range []bool{false, true} {
-		name := "asm"
-		if pure {
-			name = "go"
-		}
-		b.Run(name, func(b *testing.B) {
-			SetPureGo(pure)
-			b.SetBytes(int64(4 * len(x)))
-			for i := 0; i < b.N; i++ {
-				if FirstNonFinite(x) != -1 {
-					b.Fatal("non-finite")
-				}
+	benchImpls(b, func(b *testing.B) {
+		b.SetBytes(int64(4 * len(x)))
+		for i := 0; i < b.N; i++ {
+			if FirstNonFinite(x) != -1 {
+				b.Fatal("non-finite")
 			}
-		})
-	}
+		}
+	})
 }
