@@ -340,26 +340,11 @@ func transposeRows(xt []float32, ld, p int, x []float32, k, c, threads int) {
 // group of eight rows.
 const transposeBlock = 64
 
-// transposeCols is transposeRows for columns [c0, c1).
+// transposeCols is transposeRows for columns [c0, c1) (kernels.Transpose: 8×8 blocks in
+// registers where the assembly runs).
 func transposeCols(xt []float32, ld, p int, x []float32, k, c, c0, c1 int) {
 	for b0 := c0; b0 < c1; b0 += transposeBlock {
 		b1 := min(b0+transposeBlock, c1)
-		r := 0
-		for ; r+8 <= k; r += 8 {
-			x0, x1, x2, x3 := x[r*c:][b0:b1], x[(r+1)*c:][b0:b1], x[(r+2)*c:][b0:b1], x[(r+3)*c:][b0:b1]
-			x4, x5, x6, x7 := x[(r+4)*c:][b0:b1], x[(r+5)*c:][b0:b1], x[(r+6)*c:][b0:b1], x[(r+7)*c:][b0:b1]
-			for i := range x0 {
-				o := (b0+i)*ld + p + r
-				d := xt[o : o+8 : o+8]
-				d[0], d[1], d[2], d[3] = x0[i], x1[i], x2[i], x3[i]
-				d[4], d[5], d[6], d[7] = x4[i], x5[i], x6[i], x7[i]
-			}
-		}
-		for ; r < k; r++ {
-			row := x[r*c:][b0:b1]
-			for i, v := range row {
-				xt[(b0+i)*ld+p+r] = v
-			}
-		}
+		kernels.Transpose(xt[b0*ld+p:], ld, x[b0:], c, k, b1-b0)
 	}
 }

@@ -97,3 +97,44 @@ func FromLanes8(L []uint8, src []int32, n int) {
 		}
 	}
 }
+
+// Transpose writes the rows × cols matrix src (rows lds values apart) into dst as its
+// transpose: dst[i·ldd + r] = src[r·lds + i]. With AVX2, eight rows by eight columns at a
+// time (8×8 register transposes); the edges in Go. It panics with a *LengthError if a slice
+// is too short for its stride.
+func Transpose(dst []float32, ldd int, src []float32, lds int, rows, cols int) {
+	if rows <= 0 || cols <= 0 {
+		return
+	}
+	if ldd < rows || lds < cols || len(dst) < (cols-1)*ldd+rows || len(src) < (rows-1)*lds+cols {
+		lengthPanic("Transpose", "%d×%d with strides %d (src, %d values) and %d (dst, %d values)", rows, cols, lds, len(src), ldd, len(dst))
+	}
+	r := 0
+	if useAsm() && cols >= 8 {
+		nb := cols / 8
+		for ; r+8 <= rows; r += 8 {
+			transpose8PanelAVX2(&dst[r], ldd, &src[r*lds], lds, nb)
+		}
+		for r0 := 0; r0 < r; r0++ {
+			for i := 8 * nb; i < cols; i++ {
+				dst[i*ldd+r0] = src[r0*lds+i]
+			}
+		}
+	}
+	// eight rows at a time: each column gets eight adjacent values (half a cache line)
+	for ; r+8 <= rows; r += 8 {
+		x0, x1, x2, x3 := src[r*lds:][:cols], src[(r+1)*lds:][:cols], src[(r+2)*lds:][:cols], src[(r+3)*lds:][:cols]
+		x4, x5, x6, x7 := src[(r+4)*lds:][:cols], src[(r+5)*lds:][:cols], src[(r+6)*lds:][:cols], src[(r+7)*lds:][:cols]
+		for i := range x0 {
+			o := i*ldd + r
+			d := dst[o : o+8 : o+8]
+			d[0], d[1], d[2], d[3] = x0[i], x1[i], x2[i], x3[i]
+			d[4], d[5], d[6], d[7] = x4[i], x5[i], x6[i], x7[i]
+		}
+	}
+	for ; r < rows; r++ {
+		for i, v := range src[r*lds:][:cols] {
+			dst[i*ldd+r] = v
+		}
+	}
+}

@@ -21,3 +21,9 @@ func toLanes8AVX2(X, W, x, qw *float32, n int)
 //
 //go:noescape
 func fromLanes8AVX2(L *uint8, src *int32, n int)
+
+// transpose8PanelAVX2 transposes eight rows of nb·8 values (src, rows lds values apart) into
+// nb·8 rows of eight values (dst, ldd values apart).
+//
+//go:noescape
+func transpose8PanelAVX2(dst *float32, ldd int, src *float32, lds int, nb int)

@@ -392,3 +392,47 @@ f8_loop:
 	JB   f8_loop
 	VZEROUPPER
 	RET
+
+// func transpose8PanelAVX2(dst *float32, ldd int, src *float32, lds int, nb int)
+// Block b: the 8×8 values at src + 32·b bytes (rows lds floats apart) go, transposed, to dst +
+// 8·b rows (rows ldd floats apart).
+TEXT ·transpose8PanelAVX2(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ ldd+8(FP), R8
+	SHLQ $2, R8      // dst row bytes
+	MOVQ src+16(FP), SI
+	MOVQ lds+24(FP), DX
+	SHLQ $2, DX      // src row bytes
+	MOVQ nb+32(FP), CX
+	TESTQ CX, CX
+	JZ   tp_done
+
+tp_loop:
+	MOVQ SI, AX
+	LOAD8
+	T8
+	MOVQ DI, BX
+	VMOVUPS Y8, (BX)
+	ADDQ R8, BX
+	VMOVUPS Y9, (BX)
+	ADDQ R8, BX
+	VMOVUPS Y10, (BX)
+	ADDQ R8, BX
+	VMOVUPS Y11, (BX)
+	ADDQ R8, BX
+	VMOVUPS Y12, (BX)
+	ADDQ R8, BX
+	VMOVUPS Y13, (BX)
+	ADDQ R8, BX
+	VMOVUPS Y14, (BX)
+	ADDQ R8, BX
+	VMOVUPS Y15, (BX)
+	ADDQ R8, BX
+	MOVQ BX, DI      // the next block's first row
+	ADDQ $32, SI
+	DECQ CX
+	JNZ  tp_loop
+
+tp_done:
+	VZEROUPPER
+	RET

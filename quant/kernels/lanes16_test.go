@@ -107,3 +107,57 @@ func BenchmarkLanes16(b *testing.B) {
 		}
 	})
 }
+
+// TestTranspose: both paths against the definition on shapes with and without whole 8×8
+// blocks, strides wider than the matrix (the values between rows left alone), one row or
+// column.
+func TestTranspose(t *testing.T) {
+	forEachImpl(t, func(t *testing.T) {
+		r := newRNG(47)
+		for _, sh := range [][4]int{{8, 8, 8, 8}, {16, 24, 29, 20}, {1, 13, 13, 1}, {13, 1, 1, 13}, {37, 70, 75, 40}, {64, 64, 64, 512}, {7, 9, 9, 7}} {
+			rows, cols, lds, ldd := sh[0], sh[1], sh[2], sh[3]
+			src := randFloats(r, (rows-1)*lds+cols, true, 1)
+			dst := make([]float32, (cols-1)*ldd+rows+5)
+			for i := range dst {
+				dst[i] = -7
+			}
+			Transpose(dst, ldd, src, lds, rows, cols)
+			for i := 0; i < cols; i++ {
+				for k := 0; k < ldd && i*ldd+k < len(dst); k++ {
+					want := float32(-7)
+					if k < rows {
+						want = src[k*lds+i]
+					}
+					if math.Float32bits(dst[i*ldd+k]) != math.Float32bits(want) {
+						t.Fatalf("%v: dst[%d·%d+%d] = %v, want %v", sh, i, ldd, k, dst[i*ldd+k], want)
+					}
+				}
+			}
+		}
+	})
+	defer func() {
+		if _, ok := recover().(*LengthError); !ok {
+			t.Error("a short dst did not panic with a *LengthError")
+		}
+	}()
+	Transpose(make([]float32, 10), 3, make([]float32, 12), 4, 3, 4)
+}
+
+// BenchmarkTranspose transposes 512 activation rows of 2304 values into columns, as the Gram
+// accumulator does for each chunk (calib), on the assembly and pure-Go paths.
+func BenchmarkTranspose(b *testing.B) {
+	const rows, cols = 512, 2304
+	src := make([]float32, rows*cols)
+	for i := range src {
+		src[i] = float32(i % 1013)
+	}
+	dst := make([]float32, rows*cols)
+	benchImpls(b, func(b *testing.B) {
+		b.SetBytes(4 * rows * cols)
+		for i := 0; i < b.N; i++ {
+			for c0 := 0; c0 < cols; c0 += 64 {
+				Transpose(dst[c0*rows:], rows, src[c0:], cols, rows, 64)
+			}
+		}
+	})
+}
