@@ -386,15 +386,6 @@ func qkxQuants8(s *scratch, x, w []float32, L []uint8, scales, mins *[8]float32,
 	}
 }
 
-// fromLanes reads the lane-major labels src back into L[n·j+i] for the nl sub-blocks.
-func fromLanes[T int8 | uint8](L []T, src []int32, nl, n int) {
-	for j := 0; j < nl; j++ {
-		for i := 0; i < n; i++ {
-			L[n*j+i] = T(src[i*nl+j])
-		}
-	}
-}
-
 // qkxRun runs the scale search of nsub (8 or 16) n-element sub-blocks: one qkxQuants16 where
 // the 16-lane search runs, else qkxQuants8 on each eight.
 func qkxRun(s *scratch, nsub int, x, w []float32, L []uint8, scales, mins *[16]float32, n int, nmax int32,
@@ -464,7 +455,7 @@ func qxQuants16(s *scratch, x []float32, L []int8, scales []float32, n int, nmax
 		panic("quant: qxQuants16 without the 16-lane search")
 	}
 	copy(scales[:16], ln.Scale[:])
-	fromLanes(L, ln.L[:], 16, n)
+	kernels.FromLanes(L, ln.L[:], 16, n)
 }
 
 // qxQuants8 runs ggmlQxQuants on the eight n-element sub-blocks x[n·j : n·j+n] with weights
@@ -477,7 +468,7 @@ func qxQuants8(s *scratch, x []float32, L []int8, scales []float32, n int, nmax 
 		kernels.ToLanes8(ln.X[:], ln.W[:], x, qw, n)
 		if kernels.QxSearch8(ln, n, nmax, num[:]) {
 			copy(scales[:8], ln.Scale[:])
-			fromLanes(L, ln.L[:], 8, n)
+			kernels.FromLanes(L, ln.L[:], 8, n)
 			return
 		}
 	}

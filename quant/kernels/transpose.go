@@ -18,17 +18,7 @@ func ToLanes16(X, W, x, qw []float32, n int) {
 		toLanes16AVX512(&X[0], &W[0], &x[0], q, n)
 		return
 	}
-	for j := 0; j < 16; j++ {
-		for i := 0; i < n; i++ {
-			v := x[n*j+i]
-			X[16*i+j] = v
-			if qw != nil {
-				W[16*i+j] = qw[n*j+i]
-			} else {
-				W[16*i+j] = v * v
-			}
-		}
-	}
+	toLanes(X, W, x, qw, 16, n)
 }
 
 // FromLanes16 reads the lane-major labels src (element i of sub-block j at [16·i+j]) back into
@@ -44,11 +34,7 @@ func FromLanes16(L []uint8, src []int32, n int) {
 		fromLanes16AVX512(&L[0], &src[0], n)
 		return
 	}
-	for j := 0; j < 16; j++ {
-		for i := 0; i < n; i++ {
-			L[n*j+i] = uint8(src[16*i+j])
-		}
-	}
+	FromLanes(L, src, 16, n)
 }
 
 // ToLanes8 is ToLanes16 for eight sub-blocks (QkxSearch8 and QxSearch8's layout, element i of
@@ -66,14 +52,19 @@ func ToLanes8(X, W, x, qw []float32, n int) {
 		toLanes8AVX2(&X[0], &W[0], &x[0], q, n)
 		return
 	}
-	for j := 0; j < 8; j++ {
+	toLanes(X, W, x, qw, 8, n)
+}
+
+// toLanes is the Go path of ToLanes16 and ToLanes8 for nl sub-blocks.
+func toLanes(X, W, x, qw []float32, nl, n int) {
+	for j := 0; j < nl; j++ {
 		for i := 0; i < n; i++ {
 			v := x[n*j+i]
-			X[8*i+j] = v
+			X[nl*i+j] = v
 			if qw != nil {
-				W[8*i+j] = qw[n*j+i]
+				W[nl*i+j] = qw[n*j+i]
 			} else {
-				W[8*i+j] = v * v
+				W[nl*i+j] = v * v
 			}
 		}
 	}
@@ -91,9 +82,16 @@ func FromLanes8(L []uint8, src []int32, n int) {
 		fromLanes8AVX2(&L[0], &src[0], n)
 		return
 	}
-	for j := 0; j < 8; j++ {
+	FromLanes(L, src, 8, n)
+}
+
+// FromLanes reads the lane-major labels src (element i of sub-block j at [nl·i+j]) back into
+// L[n·j+i] for nl sub-blocks, each truncated to T, in Go: FromLanes16 and FromLanes8's Go
+// path, and the one for signed labels (Q3_K, Q6_K). The caller gives nl·n values of each.
+func FromLanes[T int8 | uint8](L []T, src []int32, nl, n int) {
+	for j := 0; j < nl; j++ {
 		for i := 0; i < n; i++ {
-			L[n*j+i] = uint8(src[8*i+j])
+			L[n*j+i] = T(src[nl*i+j])
 		}
 	}
 }
