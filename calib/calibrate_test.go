@@ -377,6 +377,7 @@ func TestCalibrateAMXAgrees(t *testing.T) {
 // norm (measured: at most 0.3 %), single columns of Σx² to 5 % (3.5 %); and they must differ somewhere, or the rounded
 // path did not run. The record names the arithmetic.
 func TestCalibrateBF16Agrees(t *testing.T) {
+	defer kernels.SetBF16DP(kernels.SetBF16DP(true)) // also where VDPBF16PS is not the default
 	if !bf16Rounded(false) {
 		t.Skip("neither AMX nor AVX512-BF16 on this machine: the forward's products stay exact")
 	}

@@ -20,6 +20,7 @@ import (
 func TestGramAccMatchesFloat64(t *testing.T) {
 	t.Run("float32", func(t *testing.T) { testGramAcc(t, false) })
 	defer kernels.SetAMX(true)
+	defer kernels.SetBF16DP(kernels.SetBF16DP(true)) // also where it is not the default
 	for _, path := range []string{"bf16dp", "amx"} {
 		kernels.SetAMX(path == "amx")
 		if path == "amx" && !kernels.UsingAMX() || path == "bf16dp" && !kernels.UsingBF16DP() {
@@ -113,11 +114,12 @@ func BenchmarkGramAcc(b *testing.B) {
 			rounded := mode != "float32"
 			switch mode {
 			case "rounded-bf16dp":
-				if !kernels.UsingBF16DP() {
+				if !kernels.HasBF16DP() {
 					b.Skip("no AVX512-BF16")
 				}
 				kernels.SetAMX(false)
 				defer kernels.SetAMX(true)
+				defer kernels.SetBF16DP(kernels.SetBF16DP(true))
 			case "rounded-amx":
 				if !kernels.UsingAMX() {
 					b.Skip("no AMX")

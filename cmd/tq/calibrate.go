@@ -75,13 +75,14 @@ calibration text's statistics: docs/calibration.md, "Calibration set").
 
 An interrupted run resumes from its last finished block (checkpoint in OUT/.tq-calibrate).
 
-On CPUs with AMX-BF16 (Intel Sapphire Rapids and later, Linux) or AVX512-BF16 (AMD Zen 4
-and later) the products with BF16 weights multiply activations rounded to the nearest bf16,
-as llama.cpp does for bf16 weights, on AMX tiles or with AVX512-BF16 at about twice the
+On CPUs with AMX-BF16 (Intel Sapphire Rapids and later, Linux) or, on AMD, AVX512-BF16
+(Zen 4 and later) the products with BF16 weights multiply activations rounded to the nearest
+bf16, as llama.cpp does for bf16 weights, on AMX tiles or with AVX512-BF16 at about twice the
 speed of exact products, and the Gram matrices are taken from rows rounded the same way;
 --exact-forward keeps the products and the Gram matrices exact (on AMX: each activation
-split into three exact bf16 pieces; TQ_AMX=off keeps the AVX path). The statistics
-themselves are always taken in f32.`,
+split into three exact bf16 pieces; TQ_AMX=off keeps the AVX path). Intel CPUs without usable
+AMX keep exact products: their AVX512-BF16 runs slower than the f32 FMA
+(TQ_BF16DP=on|off overrides that choice). The statistics themselves are always taken in f32.`,
 		Example: `  tq calibrate ./Qwen3-0.6B
   tq calibrate ./Qwen3-30B-A3B --memory-budget 24G -o calib/
   tq calibrate ./Llama-3-8B --calibration-dataset prompts.jsonl --weight-dtype int8 --group-size 64

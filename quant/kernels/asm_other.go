@@ -120,6 +120,7 @@ func splitBF16x3AVX512(dst *uint16, src *float32, steps int)         { panic(noA
 func packTilesBF16AVX512(dst *uint32, src *byte, ldb int, steps int) { panic(noAsm) }
 
 func haveBF16DP() bool { return false }
+func dpDefault() bool  { return false }
 func dpKernel8x32(ks int, a *byte, lda int, b *uint32, c *float32, ldc int, acc bool) {
 	panic(noAsm)
 }

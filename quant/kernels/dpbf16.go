@@ -27,19 +27,32 @@ import (
 // column the pair (w[2kk], w[2kk+1]); one tile row is one 512-bit register of the kernel,
 // which broadcasts each row's pair (A's 32-bit word) against it.
 
-// dpOff is set by SetBF16DP(false).
-var dpOff atomic.Bool
+// dpOn says whether the rounded-rows products may take the VDPBF16PS kernel: by default
+// where it pays (dpDefault), else as SetBF16DP left it.
+var dpOn atomic.Bool
 
-// SetBF16DP turns the AVX512-BF16 path off (false) or back on (true, where the machine has it),
-// for tests and benchmarks; TQ_BF16DP=off turns it off for a whole process.
-func SetBF16DP(on bool) { dpOff.Store(!on) }
+func init() { dpOn.Store(dpDefault()) }
 
-// HasBF16DP reports whether this machine runs the AVX512-BF16 kernel.
+// dpPays reports whether VDPBF16PS gives more products per second than the float32 FMA
+// kernel on CPUs of this vendor, so that the rounded products are worth their rounding.
+// AMD's AVX-512 CPUs (Zen 4, Zen 5) issue it as often as VFMADD231PS, with twice the
+// products (docs/kernels.md, "AVX512-BF16 GEMM with rounded activations"). Intel's issue it
+// on one port against the FMA's two: on a Sapphire Rapids with AMX turned off the kernel ran
+// at 0.6× the FMA kernel's rate, and the calibration forward took 1.3× as long. There the
+// products stay float32 unless AMX runs them.
+func dpPays(vendor string) bool { return vendor == "AuthenticAMD" }
+
+// SetBF16DP turns the AVX512-BF16 path on (where the machine has it) or off and returns the
+// previous setting, for tests and benchmarks (defer SetBF16DP(SetBF16DP(true))).
+// TQ_BF16DP=off or TQ_BF16DP=on sets the default for a whole process.
+func SetBF16DP(on bool) bool { return dpOn.Swap(on) }
+
+// HasBF16DP reports whether this machine can run the AVX512-BF16 kernel.
 func HasBF16DP() bool { return haveBF16DP() }
 
-// UsingBF16DP reports whether the VDPBF16PS kernel can run; the rounded-rows products take it
-// where AMX is not in use (UsingRounded).
-func UsingBF16DP() bool { return useAsm() && !dpOff.Load() && haveBF16DP() }
+// UsingBF16DP reports whether the VDPBF16PS kernel runs the rounded-rows products where AMX
+// is not in use (UsingRounded): the machine has it and it is on (by default where dpPays).
+func UsingBF16DP() bool { return useAsm() && dpOn.Load() && haveBF16DP() }
 
 // dpRows is the rows of one block of RoundedRows (and of the kernel).
 const dpRows = 8

@@ -185,6 +185,7 @@ func TestSgemmHalfRounded(t *testing.T) {
 		t.Skip("neither AVX512-BF16 nor AMX on this machine: the rounded rows' kernels are not tested here; TestSgemmDPGo covers their layouts")
 	}
 	defer SetAMX(true)
+	defer SetBF16DP(SetBF16DP(true)) // also where it is not the default (dpPays)
 	worst := 0.0
 	for si, sh := range dpShapes {
 		m, n, k := sh[0], sh[1], sh[2]
@@ -224,7 +225,6 @@ func TestSgemmHalfRounded(t *testing.T) {
 	}
 	SetBF16DP(false)
 	SetAMX(false)
-	defer SetBF16DP(true)
 	if _, err := SgemmHalfRounded(&RoundedRows{}, 1, make([]byte, 2), 1, make([]float32, 1), 1, false, nil); err == nil {
 		t.Error("SgemmHalfRounded ran with both paths off")
 	}
@@ -258,11 +258,12 @@ func BenchmarkSgemmHalfRounded(b *testing.B) {
 		}
 		for _, path := range []string{"bf16dp", "amx-rounded"} {
 			b.Run(fmt.Sprintf("%s/%dx%dx%d", path, m, n, k), func(b *testing.B) {
-				if path == "bf16dp" && !UsingBF16DP() || path == "amx-rounded" && !UsingAMX() {
+				if path == "bf16dp" && !HasBF16DP() || path == "amx-rounded" && !UsingAMX() {
 					b.Skip("not on this machine")
 				}
 				SetAMX(path == "amx-rounded")
 				defer SetAMX(true)
+				defer SetBF16DP(SetBF16DP(true))
 				var s RoundedRows
 				var pack []uint32
 				for i := 0; i < b.N; i++ {
@@ -343,6 +344,7 @@ func TestSgemmRoundedPacked(t *testing.T) {
 		t.Skip("neither AVX512-BF16 nor AMX on this machine: SgemmRoundedPacked's kernels are not tested here; TestSgemmDPGo covers their layouts")
 	}
 	defer SetAMX(true)
+	defer SetBF16DP(SetBF16DP(true))
 	for _, sh := range [][2]int{{100, 77}, {64, 512}, {300, 33}, {9, 1}, {272, 600}} {
 		rows, k := sh[0], sh[1]
 		a, _, _ := amxOperands(uint64(rows), rows, 1, k)
