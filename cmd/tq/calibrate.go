@@ -110,7 +110,7 @@ AMX keep exact products: their AVX512-BF16 runs slower than the f32 FMA
 	fl.IntVar(&f.padMultiple, "pad-multiple", calib.DefaultPadMultiple, "pad sequences to a multiple of this many tokens")
 	fl.IntVar(&f.uncovered, "uncovered-sample", calib.DefaultUncoveredSample, "MoE: tokens per layer run through never-routed experts (negative: off)")
 	fl.IntVar(&f.searchRows, "search-rows", calib.DefaultSearchRows, "rows per tensor sampled for the container choice and the recorded errors (negative: all; a clear choice is made on a quarter of them)")
-	fl.BoolVar(&f.exactForward, "exact-forward", false, "keep the forward's products with BF16 weights and the Gram matrices exact on CPUs with AMX or AVX512-BF16 (slower; default: activations and Gram rows rounded to bf16 there, as llama.cpp does for bf16 weights)")
+	fl.BoolVar(&f.exactForward, "exact-forward", false, "keep the forward's products with BF16 weights and the Gram matrices exact on CPUs with AMX, or AVX512-BF16 on AMD (slower; default: activations and Gram rows rounded to bf16 there, as llama.cpp does for bf16 weights)")
 	fl.BoolVar(&f.noBaseline, "no-baseline", false, "skip measuring the unweighted search for comparison")
 	fl.BoolVar(&f.hessians, "hessians", true, "write the input Gram matrices of every linear layer to OUT/hessians (full up to --hessian-max-cols columns)")
 	fl.BoolVar(&f.noHessians, "no-hessians", false, "do not collect the input Gram matrices (same as --hessians=false)")
