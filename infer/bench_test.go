@@ -50,6 +50,26 @@ func benchArch() string {
 // directory (or TQ_BENCH_DIR).
 func benchModelPath(b testing.TB, typ gguf.GGMLType) string {
 	b.Helper()
+	dir := benchDir(b)
+	spec := benchSpec(typ)
+	p := filepath.Join(dir, fmt.Sprintf("bench-%s-%s-L%d-v1.gguf", spec.Arch, typ, spec.Layers))
+	if _, err := os.Stat(p); err == nil {
+		return p
+	}
+	m, err := testmodel.Build(spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := m.WriteGGUF(p); err != nil {
+		b.Fatal(err)
+	}
+	return p
+}
+
+// benchDir is the benchmark files' cache directory: TQ_BENCH_DIR, else tq-bench under the user
+// cache directory.
+func benchDir(b testing.TB) string {
+	b.Helper()
 	dir := os.Getenv("TQ_BENCH_DIR")
 	if dir == "" {
 		c, err := os.UserCacheDir()
@@ -61,16 +81,31 @@ func benchModelPath(b testing.TB, typ gguf.GGMLType) string {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		b.Fatal(err)
 	}
-	spec := benchSpec(typ)
-	p := filepath.Join(dir, fmt.Sprintf("bench-%s-%s-L%d-v1.gguf", spec.Arch, typ, spec.Layers))
+	return dir
+}
+
+// benchQ4KMPath is the benchmark model as llama.cpp's own Q4_K_M mixture (Q4_K with Q6_K for
+// the LM head and some attn_v and ffn_down tensors, llama-quantize's choice): the F16 model
+// requantized by bin's llama-quantize, cached beside the other files.
+func benchQ4KMPath(b testing.TB, bin string) string {
+	b.Helper()
+	f16 := benchModelPath(b, gguf.TypeF16)
+	spec := benchSpec(gguf.TypeF16)
+	p := filepath.Join(benchDir(b), fmt.Sprintf("bench-%s-q4_k_m-L%d-v1.gguf", spec.Arch, spec.Layers))
 	if _, err := os.Stat(p); err == nil {
 		return p
 	}
-	m, err := testmodel.Build(spec)
-	if err != nil {
-		b.Fatal(err)
+	tmp := p + ".tmp"
+	cmd := exec.Command(filepath.Join(bin, "llama-quantize"), f16, tmp, "Q4_K_M", "2")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.Remove(tmp)
+		tail := string(out)
+		if len(tail) > 2000 {
+			tail = tail[len(tail)-2000:]
+		}
+		b.Fatalf("llama-quantize %s Q4_K_M: %v\n%s", f16, err, tail)
 	}
-	if err := m.WriteGGUF(p); err != nil {
+	if err := os.Rename(tmp, p); err != nil {
 		b.Fatal(err)
 	}
 	return p
@@ -87,7 +122,11 @@ func benchTypes() []gguf.GGMLType {
 }
 
 func loadBench(b *testing.B, typ gguf.GGMLType, opts Options) (*Model, func()) {
-	src, err := OpenGGUF(benchModelPath(b, typ))
+	return loadBenchPath(b, benchModelPath(b, typ), opts)
+}
+
+func loadBenchPath(b *testing.B, path string, opts Options) (*Model, func()) {
+	src, err := OpenGGUF(path)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -185,9 +224,9 @@ func BenchmarkVsLlamaCpp(b *testing.B) {
 						}
 						llamacppref.Run(b, map[string]any{"op": "bench", "model": path, "prompt": nPrompt, "gen": nGen, "threads": threads, "ctx": 512}, &lr)
 						bestLP, bestLG = math.Min(bestLP, lr.PromptMs/1000), math.Min(bestLG, lr.GenMs/1000)
-						tp, tg := oursPromptGen(b, typ, Options{CtxSize: 512, Threads: threads}, nPrompt, nGen)
+						tp, tg := oursPromptGen(b, path, Options{CtxSize: 512, Threads: threads}, nPrompt, nGen)
 						bestP, bestG = math.Min(bestP, tp), math.Min(bestG, tg)
-						tpg, _ := oursPromptGen(b, typ, Options{CtxSize: 512, Threads: threads, BatchGEMM: true}, nPrompt, 0)
+						tpg, _ := oursPromptGen(b, path, Options{CtxSize: 512, Threads: threads, BatchGEMM: true}, nPrompt, 0)
 						bestPG = math.Min(bestPG, tpg)
 					}
 					b.ReportMetric(nPrompt/bestP, "prompt-tok/s")
@@ -204,8 +243,8 @@ func BenchmarkVsLlamaCpp(b *testing.B) {
 }
 
 // oursPromptGen times one prompt batch and nGen greedy decode steps (seconds).
-func oursPromptGen(b *testing.B, typ gguf.GGMLType, o Options, nPrompt, nGen int) (prompt, gen float64) {
-	m, done := loadBench(b, typ, o)
+func oursPromptGen(b *testing.B, path string, o Options, nPrompt, nGen int) (prompt, gen float64) {
+	m, done := loadBenchPath(b, path, o)
 	defer done()
 	s, _ := m.NewSession()
 	toks := make([]int32, nPrompt)
@@ -238,8 +277,10 @@ type llamaBenchResult struct {
 // (scripts/llamacpp-native.sh; `make bench` sets TQ_LLAMACPP_NATIVE to its bin directory):
 // prompt processing of 128 and 512 tokens and decoding of 32 tokens, llama-bench's figures
 // (`-p 128,512 -n 32 -r 3`, mean tokens/s) against tq's best of three, alternating over two
-// rounds, each side keeping its best. Types: q8_0, q4_K, q4_0 (TQ_BENCH_TYPE for one);
-// threads: 2 (TQ_BENCH_THREADS). Ratios are tq's speed over llama.cpp's. Use -benchtime=1x.
+// rounds, each side keeping its best. Files: every weight in q8_0, q4_K or q4_0, and
+// llama.cpp's Q4_K_M mixture of the same model made by the native llama-quantize ("q4_k_m");
+// TQ_BENCH_TYPE picks one. Threads: 2 (TQ_BENCH_THREADS). Ratios are tq's speed over
+// llama.cpp's. Use -benchtime=1x.
 func BenchmarkVsNativeLlamaCpp(b *testing.B) {
 	bin := os.Getenv("TQ_LLAMACPP_NATIVE")
 	if bin == "" {
@@ -249,15 +290,29 @@ func BenchmarkVsNativeLlamaCpp(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("TQ_BENCH_THREADS")); err == nil && v > 0 {
 		threads = v
 	}
-	types := []gguf.GGMLType{gguf.TypeQ8_0, gguf.TypeQ4_K, gguf.TypeQ4_0}
-	if os.Getenv("TQ_BENCH_TYPE") != "" {
-		types = benchTypes()
+	type file struct {
+		name string
+		path func(b *testing.B) string
+	}
+	pure := func(t gguf.GGMLType) file {
+		return file{t.String(), func(b *testing.B) string { return benchModelPath(b, t) }}
+	}
+	q4km := file{"q4_k_m", func(b *testing.B) string { return benchQ4KMPath(b, bin) }}
+	files := []file{pure(gguf.TypeQ8_0), pure(gguf.TypeQ4_K), pure(gguf.TypeQ4_0), q4km}
+	switch v := os.Getenv("TQ_BENCH_TYPE"); {
+	case strings.EqualFold(v, "q4_k_m"):
+		files = []file{q4km}
+	case v != "":
+		files = nil
+		for _, t := range benchTypes() {
+			files = append(files, pure(t))
+		}
 	}
 	const rounds, nGen = 2, 32
 	prompts := []int{128, 512}
-	for _, typ := range types {
-		b.Run(fmt.Sprintf("%s/threads=%d", typ, threads), func(b *testing.B) {
-			path := benchModelPath(b, typ)
+	for _, f := range files {
+		b.Run(fmt.Sprintf("%s/threads=%d", f.name, threads), func(b *testing.B) {
+			path := f.path(b)
 			for i := 0; i < b.N; i++ {
 				llama := map[int]float64{} // n_prompt (0: decode) → best tok/s
 				ours := map[int]float64{}
@@ -292,10 +347,10 @@ func BenchmarkVsNativeLlamaCpp(b *testing.B) {
 					}
 					for rep := 0; rep < 3; rep++ {
 						for _, np := range prompts {
-							tp, _ := oursPromptGen(b, typ, Options{CtxSize: 1024, Threads: threads}, np, 0)
+							tp, _ := oursPromptGen(b, path, Options{CtxSize: 1024, Threads: threads}, np, 0)
 							ours[np] = math.Max(ours[np], float64(np)/tp)
 						}
-						_, tg := oursPromptGen(b, typ, Options{CtxSize: 1024, Threads: threads}, 1, nGen)
+						_, tg := oursPromptGen(b, path, Options{CtxSize: 1024, Threads: threads}, 1, nGen)
 						ours[0] = math.Max(ours[0], float64(nGen)/tg)
 					}
 				}
