@@ -12,10 +12,14 @@ file's ratio to the last file's (the baseline).
     python3 testdata/trained/kl_by_position.py build/q/qwen35moe/tq-turbo.gguf \
         build/q/qwen35moe/llamacpp-turbomix.gguf
 
+--only and --rows restrict the decoded tensors (for example --only attn_qkv --rows 128:256
+for the key rows of every DeltaNet block), to measure one role's share.
+
 Debian's python3-torch (see train.py).
 """
 import argparse
 import os
+import re
 import sys
 
 import torch
@@ -33,6 +37,9 @@ def main():
     ap.add_argument("--windows", type=int, default=56)
     ap.add_argument("--edges", default="0,8,32,64,128,192,255", help="range boundaries (positions)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--only", default="", help="decode only the Q4_K tensors whose GGUF name matches this regex")
+    ap.add_argument("--rows", default="", help="LO:HI: of each attn_qkv tensor decode only GGUF rows LO..HI-1 "
+                    "(the DeltaNet's query and key rows are 0:2*KeyDim, the value rows the rest)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
 
@@ -55,7 +62,7 @@ def main():
             p.data.copy_(orig[n])
         buf, ts = E.read_gguf(path)
         for name, (dims, typ, off) in ts.items():
-            if typ != E.Q4K:
+            if typ != E.Q4K or (a.only and not re.search(a.only, name)):
                 continue
             cols, rows = dims[0], 1
             for x in dims[1:]:
@@ -74,7 +81,13 @@ def main():
                 raise ValueError(f"{path}: {name}: its rows do not match the checkpoint's one to one")
             inv = torch.empty_like(perm)
             inv[perm] = torch.arange(rows)
-            view.copy_(D[inv].view(view.shape))
+            if a.rows and "attn_qkv" in name:
+                lo, hi = (int(v) for v in a.rows.split(":"))
+                full = view.reshape(rows, cols).clone()
+                full[perm[lo:hi]] = D[lo:hi]
+                view.copy_(full.view(view.shape))
+            else:
+                view.copy_(D[inv].view(view.shape))
 
     ref = logp()
     kls = []
