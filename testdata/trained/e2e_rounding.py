@@ -111,6 +111,32 @@ def q4k_parts(buf, off, rows, cols):
     return S.view(rows, cols), M.view(rows, cols), codes.view(rows, cols)
 
 
+def q4k_tensors(path, buf, ts, targets):
+    """Every Q4_K tensor of a GGUF matched to the torch model's weight: yields (name, off, S, M,
+    codes, view, perm, inv), with S, M, codes [rows, cols] in GGUF row order (S·codes − M decodes
+    them), view the model's weight in its own shape (the gate or up half of a fused stack, a
+    view that writes into the parameter), perm[r] the checkpoint row of GGUF row r and inv its
+    inverse."""
+    for name, (dims, typ, off) in ts.items():
+        if typ != Q4K:
+            continue
+        cols, rows = dims[0], 1
+        for x in dims[1:]:
+            rows *= x
+        S, M, codes = q4k_parts(buf, off, rows, cols)
+        tgt = targets[name]
+        view = getattr(tgt[0], tgt[1]).detach()
+        if len(tgt) == 3:
+            ff = view.shape[1] // 2
+            view = view[:, :ff] if tgt[2] == 0 else view[:, ff:]
+        perm = torch.cdist(S * codes - M, view.reshape(rows, cols)).argmin(1)  # GGUF row r is HF row perm[r]
+        if torch.unique(perm).numel() != rows:
+            raise ValueError(f"{path}: {name}: its rows do not match the checkpoint's one to one")
+        inv = torch.empty_like(perm)
+        inv[perm] = torch.arange(rows)
+        yield name, off, S, M, codes, view, perm, inv
+
+
 def q4k_write(buf, off, codes):
     nb = codes.numel() // 256
     q = codes.reshape(nb, 4, 2, 32).to(torch.uint8)
@@ -195,28 +221,12 @@ def main():
     buf, ts = read_gguf(a.gguf)
     targets = hf_targets(model)
     qt = []
-    for name, (dims, typ, off) in ts.items():
-        if typ != Q4K:
-            continue
-        cols = dims[0]
-        rows = 1
-        for x in dims[1:]:
-            rows *= x
-        S, M, codes = q4k_parts(buf, off, rows, cols)
+    for name, off, S, M, codes, view, perm, inv in q4k_tensors(a.gguf, buf, ts, targets):
+        rows, cols = S.shape
+        W = view.reshape(rows, cols)
         D = S * codes - M
         tgt = targets[name]
-        W = getattr(tgt[0], tgt[1]).detach()
-        if len(tgt) == 3:
-            ff = W.shape[1] // 2
-            W = W[:, :ff] if tgt[2] == 0 else W[:, ff:]
-        W = W.reshape(rows, cols)
-        dist = torch.cdist(D, W)
-        perm = dist.argmin(1)  # GGUF row r is HF row perm[r]
-        if torch.unique(perm).numel() != rows:
-            raise ValueError(f"{name}: its rows do not match the checkpoint's one to one")
         rel = ((D - W[perm]).norm() / W.norm()).item()
-        inv = torch.empty_like(perm)
-        inv[perm] = torch.arange(rows)
         # HF order
         S, M, codes = S[inv], M[inv], codes[inv]
         U = torch.zeros(rows, cols, requires_grad=True)

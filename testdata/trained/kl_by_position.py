@@ -61,26 +61,11 @@ def main():
         for n, p in model.named_parameters():
             p.data.copy_(orig[n])
         buf, ts = E.read_gguf(path)
-        for name, (dims, typ, off) in ts.items():
-            if typ != E.Q4K or (a.only and not re.search(a.only, name)):
+        for name, off, S, M, codes, view, perm, inv in E.q4k_tensors(path, buf, ts, targets):
+            if a.only and not re.search(a.only, name):
                 continue
-            cols, rows = dims[0], 1
-            for x in dims[1:]:
-                rows *= x
-            S, M, codes = E.q4k_parts(buf, off, rows, cols)
+            rows, cols = S.shape
             D = S * codes - M
-            tgt = targets[name]
-            W = getattr(tgt[0], tgt[1]).detach()
-            sl = slice(None)
-            if len(tgt) == 3:
-                ff = W.shape[1] // 2
-                sl = slice(0, ff) if tgt[2] == 0 else slice(ff, 2 * ff)
-            view = W[:, sl]
-            perm = torch.cdist(D, view.reshape(rows, cols)).argmin(1)  # GGUF row r is HF row perm[r]
-            if torch.unique(perm).numel() != rows:
-                raise ValueError(f"{path}: {name}: its rows do not match the checkpoint's one to one")
-            inv = torch.empty_like(perm)
-            inv[perm] = torch.arange(rows)
             if a.rows and "attn_qkv" in name:
                 lo, hi = (int(v) for v in a.rows.split(":"))
                 full = view.reshape(rows, cols).clone()
